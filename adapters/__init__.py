@@ -1,0 +1,1 @@
+"""Implementations of relay's ports: storage backends and provider address types."""

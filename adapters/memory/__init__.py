@@ -1,0 +1,7 @@
+"""The memory backend: embedded use and the conformance reference."""
+
+from adapters.memory.inbox import MemoryInboxStore
+from adapters.memory.registry import MemoryRegistry
+from adapters.memory.state import MemoryState
+
+__all__ = ["MemoryInboxStore", "MemoryRegistry", "MemoryState"]

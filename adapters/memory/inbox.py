@@ -1,0 +1,113 @@
+"""``MemoryInboxStore``: inboxes in process memory, the reference semantics of ``IInboxStore``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+
+from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
+from broker.envelope import widest
+from broker.errors import InboxFull, SessionSuperseded, UnknownRecipient, UnregisteredAgent
+from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
+from broker.ports import AckOutcome, Appended, Registration, StoredEnvelope
+
+
+class MemoryInboxStore:
+    def __init__(self, state: MemoryState) -> None:
+        self.state = state
+        self._closed = False
+
+    async def open(self) -> None:
+        self._closed = False
+
+    async def close(self) -> None:
+        self._closed = True
+        for inbox in self.state.inboxes.values():
+            if inbox.arrived is not None:
+                async with inbox.arrived:
+                    inbox.arrived.notify_all()
+
+    async def ping(self) -> bool:
+        return not self._closed
+
+    def _caller(self, agent: str, session: str | None) -> Registration:
+        registration = self.state.registrations.get(agent)
+        if registration is None:
+            raise UnregisteredAgent(agent)
+        if session is not None and registration.session != session:
+            raise SessionSuperseded(agent, session)
+        return registration
+
+    async def append(
+        self,
+        sender: str,
+        to: str,
+        fields: Mapping[str, str],
+        *,
+        sent_at_ms: int,
+        sender_session: str | None = None,
+    ) -> Appended:
+        origin = self._caller(sender, sender_session)
+        target = self.state.registrations.get(to)
+        if target is None:
+            raise UnknownRecipient(to)
+        inbox = self.state.inboxes.setdefault(to, MemoryInbox())
+        cap = self.state.inbox_cap
+        if cap is not None and inbox.unacknowledged() >= cap:
+            raise InboxFull(to, cap)
+        ms, seq = inbox.last
+        position = (sent_at_ms, 0) if sent_at_ms > ms else (ms, seq + 1)
+        inbox.last = position
+        tier = widest(origin.tier, target.tier)
+        entry = MemoryEntry(position, new_nonce(), sender, tier, sent_at_ms, dict(fields))
+        inbox.entries[position] = entry
+        if inbox.arrived is not None:
+            async with inbox.arrived:
+                inbox.arrived.notify_all()
+        return Appended(encode_envelope_id(*position, entry.nonce), tier, sent_at_ms)
+
+    async def fetch(
+        self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
+    ) -> list[StoredEnvelope]:
+        self._caller(agent, session)
+        inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
+        if not inbox.entries and wait and not self._closed:
+            condition = inbox.condition()
+            async with condition:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        condition.wait_for(lambda: bool(inbox.entries) or self._closed), wait
+                    )
+            self._caller(agent, session)
+        out: list[StoredEnvelope] = []
+        for entry in list(inbox.entries.values())[:limit]:
+            entry.deliveries += 1
+            out.append(
+                StoredEnvelope(
+                    envelope_id=encode_envelope_id(*entry.position, entry.nonce),
+                    sender=entry.sender,
+                    to=agent,
+                    tier=entry.tier,
+                    sent_at_ms=entry.sent_at_ms,
+                    fields=dict(entry.fields),
+                    deliveries=entry.deliveries,
+                    first_delivery=entry.deliveries == 1,
+                )
+            )
+        return out
+
+    async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
+        self._caller(agent, session)
+        inbox = self.state.inboxes.get(agent)
+        acknowledged: list[str] = []
+        unknown: list[str] = []
+        for envelope_id in ids:
+            ms, seq, nonce = decode_envelope_id(envelope_id)
+            entry = inbox.entries.get((ms, seq)) if inbox is not None else None
+            if inbox is not None and entry is not None and entry.nonce == nonce and entry.deliveries > 0:
+                del inbox.entries[(ms, seq)]
+                acknowledged.append(envelope_id)
+            else:
+                unknown.append(envelope_id)
+        return AckOutcome(tuple(acknowledged), tuple(unknown))

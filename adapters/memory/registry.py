@@ -1,0 +1,57 @@
+"""``MemoryRegistry``: registrations in process memory, the reference semantics of ``IRegistry``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from adapters.memory.state import MemoryInbox, MemoryState
+from broker.addresses import Address
+from broker.envelope import from_ms, now_ms
+from broker.ports import RegisterOutcome, Registration
+
+
+class MemoryRegistry:
+    def __init__(self, state: MemoryState | None = None) -> None:
+        self.state = state if state is not None else MemoryState()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def ping(self) -> bool:
+        return True
+
+    async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
+        now = from_ms(now_ms())
+        previous = self.state.registrations.get(agent)
+        if previous is None:
+            registration = Registration(
+                agent=agent,
+                provider=address.provider,
+                endpoint=address.endpoint,
+                tier=address.tier,
+                session=session,
+                registered_at=now,
+                updated_at=now,
+            )
+        else:
+            registration = replace(
+                previous,
+                provider=address.provider,
+                endpoint=address.endpoint,
+                tier=address.tier,
+                session=session,
+                updated_at=now,
+            )
+        self.state.registrations[agent] = registration
+        self.state.inboxes.setdefault(agent, MemoryInbox())
+        superseded = previous.session if previous is not None and previous.session != session else None
+        return RegisterOutcome(registration, previous is None, superseded)
+
+    async def get(self, agent: str) -> Registration | None:
+        return self.state.registrations.get(agent)
+
+    async def list(self, limit: int = 1000) -> list[Registration]:
+        return [self.state.registrations[a] for a in sorted(self.state.registrations)[:limit]]

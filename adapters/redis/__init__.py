@@ -1,0 +1,8 @@
+"""The Redis backend: durable inboxes (streams + consumer groups) and registrations (hashes)."""
+
+from adapters.redis.connection import RedisConnection, RedisSettings
+from adapters.redis.inbox import RedisInboxStore
+from adapters.redis.keys import GROUP, Keys
+from adapters.redis.registry import RedisRegistry
+
+__all__ = ["GROUP", "Keys", "RedisConnection", "RedisInboxStore", "RedisRegistry", "RedisSettings"]

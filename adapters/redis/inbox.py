@@ -1,0 +1,197 @@
+"""``RedisInboxStore``: one stream per agent with a consumer group; semantics of ``IInboxStore``.
+
+Send, fetch and acknowledge are each one Lua script call (one round trip, atomic). A blocking fetch
+first runs the fetch script; only when it finds nothing does it block on ``XREADGROUP ... BLOCK`` for
+new entries, so nothing that arrived in between is missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from redis.exceptions import ResponseError
+
+from adapters.redis.connection import RedisConnection
+from adapters.redis.keys import GROUP
+from broker.envelope import Tier, format_time, from_ms, parse_time
+from broker.errors import (
+    BackendUnavailable,
+    InboxFull,
+    RelayError,
+    SessionSuperseded,
+    UnknownRecipient,
+    UnregisteredAgent,
+)
+from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
+from broker.ports import AckOutcome, Appended, StoredEnvelope
+
+_HEADER = frozenset({"from", "tier", "sent_at", "nonce"})
+
+
+class RedisInboxStore:
+    def __init__(self, connection: RedisConnection) -> None:
+        self.connection = connection
+        self.keys = connection.keys
+
+    async def open(self) -> None:
+        await self.connection.open()
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def ping(self) -> bool:
+        return await self.connection.ping()
+
+    async def append(
+        self,
+        sender: str,
+        to: str,
+        fields: Mapping[str, str],
+        *,
+        sent_at_ms: int,
+        sender_session: str | None = None,
+    ) -> Appended:
+        nonce = new_nonce()
+        keys = self.keys
+        args: list[str | int] = [
+            sender,
+            sender_session or "",
+            format_time(from_ms(sent_at_ms)),
+            nonce,
+            self.connection.settings.inbox_cap,
+            GROUP,
+        ]
+        for name, value in fields.items():
+            args.append(name)
+            args.append(value)
+
+        async def run() -> list[str]:
+            reply: list[str] = await self.connection.scripts.send(
+                keys=[keys.registration(sender), keys.registration(to), keys.inbox(to)], args=args
+            )
+            return reply
+
+        try:
+            stream_id, tier = await self.connection.call(run, idempotent=False)
+        except ResponseError as exc:
+            raise _refusal(exc, sender, sender_session, to) from exc
+        ms, seq = _position(stream_id)
+        return Appended(encode_envelope_id(ms, seq, nonce), Tier.from_label(tier), sent_at_ms)
+
+    async def fetch(
+        self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
+    ) -> list[StoredEnvelope]:
+        keys = self.keys
+
+        async def run() -> list[list[object]]:
+            reply: list[list[object]] = await self.connection.scripts.fetch(
+                keys=[keys.registration(agent), keys.inbox(agent)],
+                args=[session or "", GROUP, agent, limit],
+            )
+            return reply
+
+        try:
+            rows = await self.connection.call(run, idempotent=True)
+        except ResponseError as exc:
+            raise _refusal(exc, agent, session, agent) from exc
+        if rows or not wait:
+            return [_stored(agent, row) for row in rows]
+        return await self._block(agent, limit, wait)
+
+    async def _block(self, agent: str, limit: int, wait: float) -> list[StoredEnvelope]:
+        key = self.keys.inbox(agent)
+        block_ms = max(1, int(wait * 1000))
+
+        async def run() -> list[list[object]]:
+            reply = await self.connection.blocking.xreadgroup(
+                GROUP, agent, {key: ">"}, count=limit, block=block_ms
+            )
+            out: list[list[object]] = []
+            for _stream, entries in _streams(reply):
+                for entry_id, values in entries:
+                    out.append([entry_id, values, 1, 1])
+            return out
+
+        try:
+            rows = await self.connection.call(run, idempotent=False)
+        except ResponseError as exc:
+            raise BackendUnavailable(f"blocking fetch failed: {exc}") from exc
+        return [_stored(agent, row) for row in rows]
+
+    async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
+        if not ids:
+            return AckOutcome()
+        args: list[str] = [session or "", GROUP]
+        for envelope_id in ids:
+            ms, seq, nonce = decode_envelope_id(envelope_id)
+            args.append(f"{ms}-{seq}")
+            args.append(nonce)
+        keys = self.keys
+
+        async def run() -> list[int]:
+            reply: list[int] = await self.connection.scripts.ack(
+                keys=[keys.registration(agent), keys.inbox(agent)], args=args
+            )
+            return reply
+
+        try:
+            flags = await self.connection.call(run, idempotent=True)
+        except ResponseError as exc:
+            raise _refusal(exc, agent, session, agent) from exc
+        acknowledged = tuple(i for i, ok in zip(ids, flags, strict=True) if int(ok))
+        unknown = tuple(i for i, ok in zip(ids, flags, strict=True) if not int(ok))
+        return AckOutcome(acknowledged, unknown)
+
+
+def _refusal(exc: ResponseError, agent: str, session: str | None, to: str) -> RelayError:
+    text = str(exc)
+    if text.startswith("RELAY_UNREGISTERED"):
+        return UnregisteredAgent(agent)
+    if text.startswith("RELAY_SUPERSEDED"):
+        return SessionSuperseded(agent, session or "")
+    if text.startswith("RELAY_UNKNOWN_RECIPIENT"):
+        return UnknownRecipient(to)
+    if text.startswith("RELAY_INBOX_FULL"):
+        return InboxFull(to, int(text.split()[1]))
+    return BackendUnavailable(f"the message store refused the operation: {text}; retry shortly")
+
+
+def _position(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq)
+
+
+def _pairs(values: object) -> dict[str, str]:
+    if isinstance(values, dict):
+        return {str(k): str(v) for k, v in values.items()}
+    if isinstance(values, list):
+        return {str(values[i]): str(values[i + 1]) for i in range(0, len(values) - 1, 2)}
+    return {}
+
+
+def _streams(reply: object) -> list[tuple[str, list[tuple[str, object]]]]:
+    # redis-py answers XREADGROUP as a list of [stream, entries] (RESP2) or a dict (RESP3)
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [(str(k), list(v[0] if v and isinstance(v[0], list) else v)) for k, v in reply.items()]
+    if not isinstance(reply, list):
+        return []
+    return [(str(stream), list(entries)) for stream, entries in reply]
+
+
+def _stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
+    entry_id, values, deliveries, first = row
+    fields = _pairs(values)
+    ms, seq = _position(str(entry_id))
+    header = {k: fields.pop(k, "") for k in _HEADER}
+    return StoredEnvelope(
+        envelope_id=encode_envelope_id(ms, seq, header["nonce"]),
+        sender=header["from"],
+        to=agent,
+        tier=Tier.from_label(header["tier"]),
+        sent_at_ms=int(parse_time(header["sent_at"]).timestamp() * 1000),
+        fields=fields,
+        deliveries=int(str(deliveries)),
+        first_delivery=bool(int(str(first))),
+    )

@@ -1,0 +1,21 @@
+-- register.lua: upsert an agent's registration and make sure its inbox stream and group exist.
+-- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] agents index set
+-- ARGV[1] agent id   ARGV[2] provider   ARGV[3] endpoint   ARGV[4] tier label   ARGV[5] session
+-- ARGV[6] now (ISO-8601 UTC)   ARGV[7] consumer group name
+-- Returns {previous session or "", registered_at, created (1|0)}.
+local previous = redis.call('HMGET', KEYS[1], 'session', 'registered_at')
+local created = 0
+local registered_at = previous[2]
+if not registered_at then
+  registered_at = ARGV[6]
+  created = 1
+end
+redis.call('HSET', KEYS[1],
+  'agent', ARGV[1], 'provider', ARGV[2], 'endpoint', ARGV[3], 'tier', ARGV[4],
+  'session', ARGV[5], 'registered_at', registered_at, 'updated_at', ARGV[6])
+local ok = redis.pcall('XGROUP', 'CREATE', KEYS[2], ARGV[7], '0', 'MKSTREAM')
+if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, true) then
+  return redis.error_reply(ok.err)
+end
+redis.call('SADD', KEYS[3], ARGV[1])
+return {previous[1] or '', registered_at, created}

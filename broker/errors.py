@@ -1,0 +1,170 @@
+"""One error hierarchy for relay.
+
+Every refusal is a ``RelayError`` subclass with a stable ``code``. The front maps codes to HTTP and MCP
+errors in one table (``broker.front.errors``); adapters translate storage exceptions at their edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: ``field`` is a dotted path ('' for message-level rules)."""
+
+    field: str
+    rule: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "rule": self.rule, "message": self.message}
+
+
+class RelayError(Exception):
+    """Base of every refusal relay makes on purpose.
+
+    ``retryable`` tells a client whether the same request may succeed later unchanged.
+    """
+
+    code: str = "relay_error"
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def details(self) -> dict[str, object]:
+        return {}
+
+
+class InvalidArgument(RelayError):
+    """An argument (agent id, session id, limit, envelope id, ...) breaks a documented rule."""
+
+    code = "invalid_argument"
+
+    def __init__(self, field: str, rule: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.violation = Violation(field, rule, message)
+
+    def details(self) -> dict[str, object]:
+        return {"violations": [self.violation.as_dict()]}
+
+
+class InvalidAddress(InvalidArgument):
+    """An address that its provider's type refuses (wrong shape, wrong tier, unknown provider)."""
+
+    code = "invalid_address"
+
+
+class ContractViolation(RelayError):
+    """A message body that the relay's contract refuses; carries every violation."""
+
+    code = "contract_violation"
+
+    def __init__(self, violations: Sequence[Violation]) -> None:
+        self.violations = tuple(violations)
+        listed = "; ".join(
+            f"{v.field or '<message>'}: {v.message} [{v.rule}]" for v in self.violations
+        )
+        super().__init__(f"message refused by the contract: {listed}")
+
+    def details(self) -> dict[str, object]:
+        return {"violations": [v.as_dict() for v in self.violations]}
+
+
+class UnknownRecipient(RelayError):
+    """The recipient has no registration: nothing is stored, no inbox is created."""
+
+    code = "unknown_recipient"
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(
+            f"recipient {agent!r} is not registered; ask it to call RegisterAgentAddress first"
+        )
+        self.agent = agent
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent}
+
+
+class UnregisteredAgent(RelayError):
+    """The calling agent (sender, fetcher, acknowledger) has no registration."""
+
+    code = "unregistered_agent"
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(f"agent {agent!r} is not registered; register an address first")
+        self.agent = agent
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent}
+
+
+class SessionSuperseded(RelayError):
+    """The caller's session was replaced by a newer registration of the same agent."""
+
+    code = "session_superseded"
+
+    def __init__(self, agent: str, session: str) -> None:
+        super().__init__(
+            f"session {session!r} of agent {agent!r} was superseded by a newer registration; "
+            "register again to take over the inbox"
+        )
+        self.agent = agent
+        self.session = session
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent, "session": self.session}
+
+
+class InboxFull(RelayError):
+    """The recipient's inbox holds its cap of unacknowledged envelopes; nothing was stored."""
+
+    code = "inbox_full"
+    retryable = True
+
+    def __init__(self, agent: str, cap: int) -> None:
+        super().__init__(
+            f"inbox of {agent!r} is full ({cap} unacknowledged envelopes); retry after it acknowledges"
+        )
+        self.agent = agent
+        self.cap = cap
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent, "cap": self.cap}
+
+
+class RateLimited(RelayError):
+    """The sender exceeded its send rate; retry after ``retry_after`` seconds."""
+
+    code = "rate_limited"
+    retryable = True
+
+    def __init__(self, agent: str, retry_after: float) -> None:
+        super().__init__(
+            f"agent {agent!r} is sending too fast; retry after {retry_after:.3f} s"
+        )
+        self.agent = agent
+        self.retry_after = retry_after
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent, "retry_after": self.retry_after}
+
+
+class BackendUnavailable(RelayError):
+    """The store could not be reached or answered in time; nothing was half-written. Retry."""
+
+    code = "backend_unavailable"
+    retryable = True
+
+    def __init__(self, message: str = "the message store is unavailable; retry shortly") -> None:
+        super().__init__(message)
+
+
+class RelayNotRunning(RelayError):
+    """An operation was attempted on a relay that is not started (or already stopped)."""
+
+    code = "relay_not_running"
+    retryable = True

@@ -1,0 +1,45 @@
+"""The csf_relay_* Prometheus metrics, on an explicit CollectorRegistry (never the global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter
+
+from broker.envelope import Tier
+
+
+class RelayMetrics:
+    """Counters a relay updates. Every tier label exists from the start, so dashboards see zeros."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.sent = Counter(
+            "csf_relay_envelopes_sent",
+            "Envelopes accepted by send, by the widest tier between sender and recipient.",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.delivered = Counter(
+            "csf_relay_envelopes_delivered",
+            "Envelopes handed to their recipient for the first time (re-fetches do not count).",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.acknowledged = Counter(
+            "csf_relay_envelopes_acknowledged",
+            "Envelopes acknowledged by their recipient.",
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "csf_relay_refusals",
+            "Requests refused, by stable error code.",
+            ["code"],
+            registry=self.registry,
+        )
+        self._sent = {tier: self.sent.labels(tier=tier.label) for tier in Tier}
+        self._delivered = {tier: self.delivered.labels(tier=tier.label) for tier in Tier}
+
+    def count_sent(self, tier: Tier) -> None:
+        self._sent[tier].inc()
+
+    def count_delivered(self, tier: Tier, n: int = 1) -> None:
+        self._delivered[tier].inc(n)

@@ -1,0 +1,167 @@
+"""The storage ports the relay core is built on.
+
+``IRegistry`` holds registrations; ``IInboxStore`` holds envelopes. A store is paired with the registry
+of the same backend (same Redis, same memory state): ``append``/``fetch``/``ack`` check registrations
+atomically with the write they guard, so a send never lands in an inbox whose owner is not registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from broker.addresses import Address
+from broker.envelope import Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """Where an agent can be reached, from which session, since when."""
+
+    agent: str
+    provider: str
+    endpoint: str
+    tier: Tier
+    session: str
+    registered_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterOutcome:
+    registration: Registration
+    created: bool
+    """True when the agent had no registration before."""
+    superseded_session: str | None
+    """The previous session when this registration replaced a different one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What ``append`` stored: the envelope's id, its tier and the time it was accepted (ms)."""
+
+    envelope_id: str
+    tier: Tier
+    sent_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEnvelope:
+    """One inbox entry as handed out by ``fetch``; ``fields`` are the contract's body fields."""
+
+    envelope_id: str
+    sender: str
+    to: str
+    tier: Tier
+    sent_at_ms: int
+    fields: Mapping[str, str]
+    deliveries: int
+    first_delivery: bool
+    """True exactly once per envelope across every process: the fetch that first handed it out."""
+
+
+@dataclass(frozen=True, slots=True)
+class AckOutcome:
+    acknowledged: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = field(default=())
+
+
+class IRegistry(Protocol):
+    """Durable agent registrations.
+
+    Semantics every implementation keeps:
+    - ``register`` is an upsert keyed by agent id; ``registered_at`` is kept, ``updated_at`` moves.
+    - A registration from a new session supersedes the previous session: operations that name the old
+      session are refused with ``SessionSuperseded``. The agent's inbox and its queued envelopes are
+      kept across re-registration.
+    - Registrations (and queued envelopes) survive a restart of the relay process when the backend is
+      durable (Redis); the memory backend lives as long as its process.
+    """
+
+    async def open(self) -> None:
+        """Prepare connections/scripts. Raises ``BackendUnavailable``."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
+        """Create or replace the registration of ``agent`` and make sure its inbox exists.
+
+        Args:
+            agent: a checked agent id. address: a parsed provider address. session: a checked session id.
+        Raises:
+            BackendUnavailable: nothing was written.
+        """
+        ...
+
+    async def get(self, agent: str) -> Registration | None:
+        """The registration of ``agent``, or None. Raises ``BackendUnavailable``."""
+        ...
+
+    async def list(self, limit: int = 1000) -> list[Registration]:
+        """Up to ``limit`` registrations, ordered by agent id. Raises ``BackendUnavailable``."""
+        ...
+
+    async def ping(self) -> bool:
+        """True when the backend answers now."""
+        ...
+
+
+class IInboxStore(Protocol):
+    """Per-agent inboxes with fetch-until-acknowledged semantics.
+
+    - ``fetch`` returns the agent's unacknowledged envelopes oldest first: those already handed out and
+      not yet acknowledged, then new ones, up to ``limit``. The same envelopes come back on every fetch,
+      from any process sharing the backend, until ``ack``.
+    - ``ack`` removes envelopes for good; acknowledging twice or an unknown id is harmless and reported
+      as unknown. An agent can only acknowledge envelopes of its own inbox.
+    - Acknowledged envelopes are deleted at once; nothing acknowledged is kept.
+    """
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def append(
+        self,
+        sender: str,
+        to: str,
+        fields: Mapping[str, str],
+        *,
+        sent_at_ms: int,
+        sender_session: str | None = None,
+    ) -> Appended:
+        """Atomically check both registrations and store one envelope in ``to``'s inbox.
+
+        The tier is the widest of the sender's and the recipient's registered tiers.
+        Raises:
+            UnregisteredAgent: the sender is not registered.  SessionSuperseded: ``sender_session`` is
+            given and is not the sender's current session.  UnknownRecipient: ``to`` is not registered.
+            InboxFull: the inbox holds its cap of unacknowledged envelopes.  BackendUnavailable.
+            In every case nothing was stored.
+        """
+        ...
+
+    async def fetch(
+        self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
+    ) -> list[StoredEnvelope]:
+        """Up to ``limit`` unacknowledged envelopes, oldest first.
+
+        When none is available and ``wait`` is positive, block up to ``wait`` seconds and return as
+        soon as one arrives.
+        Raises:
+            UnregisteredAgent, SessionSuperseded (when ``session`` is given), BackendUnavailable.
+        """
+        ...
+
+    async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
+        """Acknowledge envelopes of ``agent``'s inbox by id (ids are checked envelope ids).
+
+        Raises:
+            UnregisteredAgent, SessionSuperseded (when ``session`` is given), BackendUnavailable.
+        """
+        ...
+
+    async def ping(self) -> bool: ...

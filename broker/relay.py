@@ -1,0 +1,259 @@
+"""``Relay[Body]``: register, send, fetch and acknowledge on top of the storage ports.
+
+The relay is a runtime service: it owns no listener. Build it, ``start`` it (or ``async with`` it), and
+hand it to whatever needs it (the HTTP front, a ``Messenger``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Generic, Self, TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from broker.addresses import Address
+from broker.contract import RESERVED_FIELDS, Contract
+from broker.envelope import Envelope, Tier, from_ms, now_ms
+from broker.errors import InvalidArgument, RelayError, RelayNotRunning
+from broker.ids import check_agent_id, check_session_id, is_envelope_id
+from broker.metrics import RelayMetrics
+from broker.ports import IInboxStore, IRegistry, Registration
+
+Body = TypeVar("Body")
+_T = TypeVar("_T")
+
+MAX_FETCH_LIMIT = 256
+MAX_ACK_IDS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """The result of ``register``."""
+
+    registration: Registration
+    created: bool
+    superseded_session: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """Which ids were acknowledged now and which were unknown (never delivered, already acked, or
+    not this agent's)."""
+
+    acknowledged: tuple[str, ...]
+    unknown: tuple[str, ...]
+
+
+class Relay(Generic[Body]):
+    """Delivers ``Body`` messages between registered agents.
+
+    Args:
+        contract: validates and encodes ``Body``.
+        inbox: the inbox store (paired with ``registry``: same backend).
+        registry: where registrations live.
+        metrics: the Prometheus registry to export ``csf_relay_*`` on (the seed's ``WithMetrics``);
+            a private one when omitted.
+        max_wait: the longest a blocking fetch may wait, in seconds; longer waits are capped.
+    """
+
+    def __init__(
+        self,
+        contract: Contract[Body],
+        inbox: IInboxStore,
+        registry: IRegistry,
+        *,
+        metrics: CollectorRegistry | None = None,
+        max_wait: float = 25.0,
+    ) -> None:
+        self.contract = contract
+        self.metrics = RelayMetrics(metrics)
+        self.max_wait = max_wait
+        self._inbox = inbox
+        self._registry = registry
+        self._running = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._running:
+            return
+        await self._registry.open()
+        try:
+            await self._inbox.open()
+        except BaseException:
+            await self._registry.close()
+            raise
+        self._running = True
+
+    async def stop(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        try:
+            await self._inbox.close()
+        finally:
+            await self._registry.close()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def ready(self) -> bool:
+        """True when running and the backend answers."""
+        return self._running and await self._inbox.ping() and await self._registry.ping()
+
+    # -- registrations ---------------------------------------------------------------------------
+
+    async def register(self, agent: str, address: Address, session: str) -> Registered:
+        """Register (or re-register) ``agent`` at ``address`` for ``session``; keeps its inbox."""
+        self._check_running()
+        check_agent_id(agent)
+        check_session_id(session)
+        outcome = await self._guard(self._registry.register(agent, address, session))
+        return Registered(outcome.registration, outcome.created, outcome.superseded_session)
+
+    async def registration(self, agent: str) -> Registration | None:
+        self._check_running()
+        check_agent_id(agent)
+        return await self._guard(self._registry.get(agent))
+
+    async def registrations(self, limit: int = 1000) -> list[Registration]:
+        self._check_running()
+        return await self._guard(self._registry.list(limit))
+
+    # -- messaging -------------------------------------------------------------------------------
+
+    async def send(
+        self, sender: str, to: str, body: Body, *, session: str | None = None
+    ) -> Envelope[Body]:
+        """Validate ``body`` and queue it in ``to``'s inbox.
+
+        Raises:
+            ContractViolation, UnregisteredAgent, SessionSuperseded, UnknownRecipient, InboxFull,
+            RateLimited, BackendUnavailable. Nothing is stored when any is raised.
+        """
+        self._check_running()
+        check_agent_id(sender, "from")
+        check_agent_id(to, "to")
+        if session is not None:
+            check_session_id(session)
+        self._validate(body)
+        fields = self.contract.to_fields(body)
+        if not RESERVED_FIELDS.isdisjoint(fields):
+            raise ValueError(f"contract fields clash with envelope fields: {RESERVED_FIELDS & set(fields)}")
+        appended = await self._guard(
+            self._inbox.append(sender, to, fields, sent_at_ms=now_ms(), sender_session=session)
+        )
+        self.metrics.count_sent(appended.tier)
+        return Envelope(
+            id=appended.envelope_id,
+            sender=sender,
+            to=to,
+            tier=appended.tier,
+            message=body,
+            sent_at=from_ms(appended.sent_at_ms),
+        )
+
+    async def fetch(
+        self,
+        agent: str,
+        limit: int = 16,
+        wait: float | None = None,
+        *,
+        session: str | None = None,
+    ) -> list[Envelope[Body]]:
+        """Unacknowledged envelopes of ``agent``, oldest first, at most ``limit`` (1..256).
+
+        With ``wait`` (seconds, capped at ``max_wait``) block until one arrives when the inbox is empty.
+        """
+        self._check_running()
+        check_agent_id(agent)
+        if session is not None:
+            check_session_id(session)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FETCH_LIMIT:
+            raise InvalidArgument("limit", "limit.range", f"must be an integer from 1 to {MAX_FETCH_LIMIT}")
+        if wait is not None:
+            if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+                raise InvalidArgument("wait", "wait.range", "must be a non-negative number of seconds")
+            wait = min(float(wait), self.max_wait)
+        stored = await self._guard(self._inbox.fetch(agent, limit, wait=wait, session=session))
+        envelopes: list[Envelope[Body]] = []
+        fresh: dict[Tier, int] = {}
+        for entry in stored:
+            envelopes.append(
+                Envelope(
+                    id=entry.envelope_id,
+                    sender=entry.sender,
+                    to=entry.to,
+                    tier=entry.tier,
+                    message=self.contract.from_fields(entry.fields),
+                    sent_at=from_ms(entry.sent_at_ms),
+                    deliveries=entry.deliveries,
+                )
+            )
+            if entry.first_delivery:
+                fresh[entry.tier] = fresh.get(entry.tier, 0) + 1
+        for tier, n in fresh.items():
+            self.metrics.count_delivered(tier, n)
+        return envelopes
+
+    async def ack(
+        self, agent: str, ids: Sequence[str], *, session: str | None = None
+    ) -> Acknowledged:
+        """Acknowledge envelopes of ``agent``'s own inbox. Harmless to repeat."""
+        self._check_running()
+        check_agent_id(agent)
+        if session is not None:
+            check_session_id(session)
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise InvalidArgument("ids", "ids.type", "must be a list of envelope ids")
+        if len(ids) > MAX_ACK_IDS:
+            raise InvalidArgument("ids", "ids.max_items", f"at most {MAX_ACK_IDS} ids per call")
+        for i, envelope_id in enumerate(ids):
+            if not is_envelope_id(envelope_id):
+                raise InvalidArgument(
+                    f"ids[{i}]",
+                    "envelope_id.pattern",
+                    f"{envelope_id!r:.80} is not an envelope id (env_ followed by 26 base32 characters); "
+                    "pass ids exactly as fetch returned them",
+                )
+        unique = list(dict.fromkeys(ids))
+        outcome = await self._guard(self._inbox.ack(agent, unique, session=session))
+        if outcome.acknowledged:
+            self.metrics.acknowledged.inc(len(outcome.acknowledged))
+        return Acknowledged(outcome.acknowledged, outcome.unknown)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _check_running(self) -> None:
+        if not self._running:
+            raise RelayNotRunning("the relay is not running; start it first")
+
+    def _validate(self, body: Body) -> None:
+        try:
+            self.contract.validate(body)
+        except RelayError as exc:
+            self.metrics.refused.labels(code=exc.code).inc()
+            raise
+
+    async def _guard(self, awaitable: Awaitable[_T]) -> _T:
+        try:
+            return await awaitable
+        except RelayError as exc:
+            self.metrics.refused.labels(code=exc.code).inc()
+            raise
+

@@ -1,0 +1,89 @@
+"""Shared test helpers: backends wired the way production wires them, on a real server."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
+from adapters.providers import ClaudeCodeAddress, RemoteAddress, WorkbenchAddress
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from broker.addresses import Address
+from broker.contract import Contract
+from broker.envelope import Tier
+from broker.errors import ContractViolation, Violation
+from broker.relay import Relay
+
+
+B = TypeVar("B")
+
+
+def address_for(tier: Tier, agent: str) -> Address:
+    if tier is Tier.IN_PROCESS:
+        return WorkbenchAddress.parse(f"wb-{agent}")
+    if tier is Tier.HOST:
+        return ClaudeCodeAddress.parse("127.0.0.1:14111")
+    return RemoteAddress.parse("agents.example.net:443")
+
+
+def unique_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.asynccontextmanager
+async def memory_relays(
+    contract: Contract[B], count: int, *, inbox_cap: int | None = None
+) -> AsyncIterator[list[Relay[B]]]:
+    state = MemoryState(inbox_cap=inbox_cap)
+    relays = [Relay(contract, MemoryInboxStore(state), MemoryRegistry(state)) for _ in range(count)]
+    async with contextlib.AsyncExitStack() as stack:
+        for relay in relays:
+            await stack.enter_async_context(relay)
+        yield relays
+
+
+@contextlib.asynccontextmanager
+async def redis_relays(
+    contract: Contract[B], url: str, count: int, *, prefix: str | None = None, inbox_cap: int = 0
+) -> AsyncIterator[list[Relay[B]]]:
+    settings = RedisSettings(url=url, prefix=prefix or unique_prefix(), inbox_cap=inbox_cap)
+    relays: list[Relay[B]] = []
+    for _ in range(count):
+        connection = RedisConnection(settings)
+        relays.append(Relay(contract, RedisInboxStore(connection), RedisRegistry(connection)))
+    async with contextlib.AsyncExitStack() as stack:
+        for relay in relays:
+            await stack.enter_async_context(relay)
+        yield relays
+
+
+@dataclass(frozen=True)
+class Text:
+    """A second body type, to show the relay and its conformance suite are generic."""
+
+    value: str
+
+
+class TextContract:
+    type_name = "tests.Text"
+
+    def validate(self, body: Text) -> None:
+        if not body.value:
+            raise ContractViolation([Violation("value", "required", "value is required")])
+
+    def to_fields(self, body: Text) -> dict[str, str]:
+        return {"value": body.value}
+
+    def from_fields(self, fields: Mapping[str, str]) -> Text:
+        return Text(fields["value"])
+
+    def to_json(self, body: Text) -> dict[str, object]:
+        return {"value": body.value}
+
+    def from_json(self, data: object) -> Text:
+        if not isinstance(data, dict) or not isinstance(data.get("value"), str):
+            raise ContractViolation([Violation("value", "type", "must be a string")])
+        return Text(data["value"])
