@@ -16,6 +16,7 @@ from broker.contract import Contract
 from broker.envelope import Tier
 from broker.errors import ContractViolation, Violation
 from broker.relay import Relay
+from broker.testing.conformance import Limits
 
 
 B = TypeVar("B")
@@ -35,9 +36,11 @@ def unique_prefix() -> str:
 
 @contextlib.asynccontextmanager
 async def memory_relays(
-    contract: Contract[B], count: int, *, inbox_cap: int | None = None
+    contract: Contract[B], count: int, limits: Limits = Limits()
 ) -> AsyncIterator[list[Relay[B]]]:
-    state = MemoryState(inbox_cap=inbox_cap)
+    state = MemoryState(
+        inbox_cap=limits.inbox_cap or None, send_rate=limits.send_rate, send_burst=limits.send_burst
+    )
     relays = [Relay(contract, MemoryInboxStore(state), MemoryRegistry(state)) for _ in range(count)]
     async with contextlib.AsyncExitStack() as stack:
         for relay in relays:
@@ -47,9 +50,15 @@ async def memory_relays(
 
 @contextlib.asynccontextmanager
 async def redis_relays(
-    contract: Contract[B], url: str, count: int, *, prefix: str | None = None, inbox_cap: int = 0
+    contract: Contract[B], url: str, count: int, limits: Limits = Limits(), *, prefix: str | None = None
 ) -> AsyncIterator[list[Relay[B]]]:
-    settings = RedisSettings(url=url, prefix=prefix or unique_prefix(), inbox_cap=inbox_cap)
+    settings = RedisSettings(
+        url=url,
+        prefix=prefix or unique_prefix(),
+        inbox_cap=limits.inbox_cap,
+        send_rate=limits.send_rate,
+        send_burst=limits.send_burst,
+    )
     relays: list[Relay[B]] = []
     for _ in range(count):
         connection = RedisConnection(settings)

@@ -9,13 +9,15 @@ import pytest
 from broker.addresses import Address
 from broker.envelope import Tier
 from broker.relay import Relay
-from broker.testing.conformance import RelayConformance
+from broker.testing.conformance import Limits, RelayConformance
 from tests.support import Text, TextContract, address_for, memory_relays, redis_relays
 
 
 class TestMemoryTextRelay(RelayConformance[Text]):
-    def make_relays(self, count: int) -> AbstractAsyncContextManager[list[Relay[Text]]]:
-        return memory_relays(TextContract(), count)
+    def make_relays(
+        self, count: int, limits: Limits = Limits()
+    ) -> AbstractAsyncContextManager[list[Relay[Text]]]:
+        return memory_relays(TextContract(), count, limits)
 
     def body(self, n: int) -> Text:
         return Text(f"text {n}")
@@ -32,5 +34,7 @@ class TestRedisTextRelay(TestMemoryTextRelay):
     def _url(self, redis_url: str) -> None:
         self.url = redis_url
 
-    def make_relays(self, count: int) -> AbstractAsyncContextManager[list[Relay[Text]]]:
-        return redis_relays(TextContract(), self.url, count)
+    def make_relays(
+        self, count: int, limits: Limits = Limits()
+    ) -> AbstractAsyncContextManager[list[Relay[Text]]]:
+        return redis_relays(TextContract(), self.url, count, limits)

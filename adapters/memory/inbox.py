@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 
 from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
 from broker.envelope import widest
-from broker.errors import InboxFull, SessionSuperseded, UnknownRecipient, UnregisteredAgent
+from broker.errors import (
+    InboxFull,
+    RateLimited,
+    SessionSuperseded,
+    UnknownRecipient,
+    UnregisteredAgent,
+)
 from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
 from broker.ports import AckOutcome, Appended, Registration, StoredEnvelope
 
@@ -56,6 +63,7 @@ class MemoryInboxStore:
         cap = self.state.inbox_cap
         if cap is not None and inbox.unacknowledged() >= cap:
             raise InboxFull(to, cap)
+        self._take_token(sender)
         ms, seq = inbox.last
         position = (sent_at_ms, 0) if sent_at_ms > ms else (ms, seq + 1)
         inbox.last = position
@@ -66,6 +74,18 @@ class MemoryInboxStore:
             async with inbox.arrived:
                 inbox.arrived.notify_all()
         return Appended(encode_envelope_id(*position, entry.nonce), tier, sent_at_ms)
+
+    def _take_token(self, sender: str) -> None:
+        rate = self.state.send_rate
+        if rate <= 0:
+            return
+        burst = max(self.state.send_burst, 1)
+        now = time.monotonic()
+        tokens, last = self.state.buckets.get(sender, (float(burst), now))
+        tokens = min(burst, tokens + (now - last) * rate)
+        if tokens < 1:
+            raise RateLimited(sender, (1 - tokens) / rate)
+        self.state.buckets[sender] = (tokens - 1, now)
 
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None

@@ -44,3 +44,7 @@ class MemoryState:
     registrations: dict[str, Registration] = field(default_factory=dict)
     inboxes: dict[str, MemoryInbox] = field(default_factory=dict)
     inbox_cap: int | None = None
+    send_rate: float = 0.0
+    send_burst: int = 0
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per-sender token bucket: (tokens, monotonic time of the last refill)."""

@@ -37,6 +37,10 @@ class RedisSettings:
     max_block: float = 25.0
     inbox_cap: int = 0
     """Unacknowledged envelopes an inbox may hold; 0 means no cap."""
+    send_rate: float = 0.0
+    """Sends per second each agent may make, shared by every worker on this Redis; 0 = unlimited."""
+    send_burst: int = 0
+    """Sends an agent may make at once above its rate (the token bucket's size)."""
 
 
 class RedisConnection:

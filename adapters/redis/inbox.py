@@ -17,6 +17,7 @@ from broker.envelope import Tier, format_time, from_ms, parse_time
 from broker.errors import (
     BackendUnavailable,
     InboxFull,
+    RateLimited,
     RelayError,
     SessionSuperseded,
     UnknownRecipient,
@@ -60,6 +61,8 @@ class RedisInboxStore:
             nonce,
             self.connection.settings.inbox_cap,
             GROUP,
+            repr(float(self.connection.settings.send_rate)),
+            self.connection.settings.send_burst,
         ]
         for name, value in fields.items():
             args.append(name)
@@ -67,7 +70,8 @@ class RedisInboxStore:
 
         async def run() -> list[str]:
             reply: list[str] = await self.connection.scripts.send(
-                keys=[keys.registration(sender), keys.registration(to), keys.inbox(to)], args=args
+                keys=[keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender)],
+                args=args,
             )
             return reply
 
@@ -153,6 +157,8 @@ def _refusal(exc: ResponseError, agent: str, session: str | None, to: str) -> Re
         return UnknownRecipient(to)
     if text.startswith("RELAY_INBOX_FULL"):
         return InboxFull(to, int(text.split()[1]))
+    if text.startswith("RELAY_RATE_LIMITED"):
+        return RateLimited(agent, int(text.split()[1]) / 1000)
     return BackendUnavailable(f"the message store refused the operation: {text}; retry shortly")
 
 

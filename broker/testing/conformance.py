@@ -18,6 +18,7 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import product
 from typing import Generic, TypeVar
@@ -28,7 +29,9 @@ from broker.addresses import Address
 from broker.envelope import Tier, widest
 from broker.errors import (
     ContractViolation,
+    InboxFull,
     InvalidArgument,
+    RateLimited,
     SessionSuperseded,
     UnknownRecipient,
     UnregisteredAgent,
@@ -40,14 +43,26 @@ Body = TypeVar("Body")
 _WAIT_BOUND = 5.0  # seconds any single awaited step may take before the test fails
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Limits a backend is built with for the limit tests; the defaults mean none."""
+
+    inbox_cap: int = 0
+    send_rate: float = 0.0
+    send_burst: int = 0
+
+
 class RelayConformance(ABC, Generic[Body]):
     """The conformance tests; see the module docstring for the hooks."""
 
     # -- hooks ------------------------------------------------------------------------------------
 
     @abstractmethod
-    def make_relays(self, count: int) -> AbstractAsyncContextManager[list[Relay[Body]]]:
-        """``count`` started relays sharing one fresh, empty store (like workers on one Redis)."""
+    def make_relays(
+        self, count: int, limits: Limits = Limits()
+    ) -> AbstractAsyncContextManager[list[Relay[Body]]]:
+        """``count`` started relays sharing one fresh, empty store (like workers on one Redis),
+        built with ``limits``."""
 
     @abstractmethod
     def body(self, n: int) -> Body:
@@ -357,3 +372,42 @@ class RelayConformance(ABC, Generic[Body]):
             assert value("csf_relay_envelopes_sent_total", Tier.NETWORK) == 0
             assert value("csf_relay_envelopes_delivered_total", Tier.HOST) == 3
             assert value("csf_relay_envelopes_delivered_total", Tier.IN_PROCESS) == 1
+
+    # -- retention and backpressure -------------------------------------------------------------------
+
+    async def test_full_inbox_refuses_and_stores_nothing(self) -> None:
+        async with self.make_relays(1, Limits(inbox_cap=3)) as (relay,):
+            await self._agents(relay, "alice", "bob")
+            sent = [await relay.send("alice", "bob", self.body(i)) for i in range(3)]
+            with pytest.raises(InboxFull) as full:
+                await relay.send("alice", "bob", self.body(3))
+            assert full.value.agent == "bob" and full.value.cap == 3
+            assert "bob" in str(full.value) and "3" in str(full.value)
+            got = await relay.fetch("bob", 16)
+            assert [e.id for e in got] == [e.id for e in sent]
+            await relay.ack("bob", [sent[0].id])
+            later = await relay.send("alice", "bob", self.body(4))
+            assert [e.id for e in await relay.fetch("bob", 16)] == [e.id for e in sent[1:]] + [later.id]
+
+    async def test_acknowledged_envelopes_are_not_kept(self) -> None:
+        async with self.make_relays(1, Limits(inbox_cap=2)) as (relay,):
+            await self._agents(relay, "alice", "bob")
+            for round_ in range(5):
+                sent = [await relay.send("alice", "bob", self.body(round_ * 2 + i)) for i in range(2)]
+                await relay.fetch("bob", 16)
+                assert len((await relay.ack("bob", [e.id for e in sent])).acknowledged) == 2
+            assert await relay.fetch("bob", 16) == []
+
+    async def test_send_rate_is_limited_per_agent_across_relays(self) -> None:
+        async with self.make_relays(2, Limits(send_rate=0.5, send_burst=3)) as (one, two):
+            await self._agents(one, "alice", "bob", "carol")
+            await one.send("alice", "bob", self.body(0))
+            await two.send("alice", "bob", self.body(1))
+            await one.send("alice", "carol", self.body(2))
+            with pytest.raises(RateLimited) as limited:
+                await two.send("alice", "bob", self.body(3))
+            assert 0 < limited.value.retry_after <= 2.0
+            assert limited.value.retryable
+            await one.send("carol", "bob", self.body(4))
+            got = await one.fetch("bob", 16)
+            assert [e.message for e in got] == [self.body(0), self.body(1), self.body(4)]
