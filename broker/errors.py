@@ -65,9 +65,7 @@ class ContractViolation(RelayError):
 
     def __init__(self, violations: Sequence[Violation]) -> None:
         self.violations = tuple(violations)
-        listed = "; ".join(
-            f"{v.field or '<message>'}: {v.message} [{v.rule}]" for v in self.violations
-        )
+        listed = "; ".join(f"{v.field or '<message>'}: {v.message} [{v.rule}]" for v in self.violations)
         super().__init__(f"message refused by the contract: {listed}")
 
     def details(self) -> dict[str, object]:
@@ -80,9 +78,7 @@ class UnknownRecipient(RelayError):
     code = "unknown_recipient"
 
     def __init__(self, agent: str) -> None:
-        super().__init__(
-            f"recipient {agent!r} is not registered; ask it to call RegisterAgentAddress first"
-        )
+        super().__init__(f"recipient {agent!r} is not registered; ask it to call RegisterAgentAddress first")
         self.agent = agent
 
     def details(self) -> dict[str, object]:
@@ -143,9 +139,7 @@ class RateLimited(RelayError):
     retryable = True
 
     def __init__(self, agent: str, retry_after: float) -> None:
-        super().__init__(
-            f"agent {agent!r} is sending too fast; retry after {retry_after:.3f} s"
-        )
+        super().__init__(f"agent {agent!r} is sending too fast; retry after {retry_after:.3f} s")
         self.agent = agent
         self.retry_after = retry_after
 

@@ -137,9 +137,7 @@ class Relay(Generic[Body]):
 
     # -- messaging -------------------------------------------------------------------------------
 
-    async def send(
-        self, sender: str, to: str, body: Body, *, session: str | None = None
-    ) -> Envelope[Body]:
+    async def send(self, sender: str, to: str, body: Body, *, session: str | None = None) -> Envelope[Body]:
         """Validate ``body`` and queue it in ``to``'s inbox.
 
         Raises:
@@ -211,9 +209,7 @@ class Relay(Generic[Body]):
             self.metrics.count_delivered(tier, n)
         return envelopes
 
-    async def ack(
-        self, agent: str, ids: Sequence[str], *, session: str | None = None
-    ) -> Acknowledged:
+    async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> Acknowledged:
         """Acknowledge envelopes of ``agent``'s own inbox. Harmless to repeat."""
         self._check_running()
         check_agent_id(agent)
@@ -256,4 +252,3 @@ class Relay(Generic[Body]):
         except RelayError as exc:
             self.metrics.refused.labels(code=exc.code).inc()
             raise
-

@@ -121,7 +121,9 @@ def serve_settings(args: argparse.Namespace, environ: Mapping[str, str] | None =
         try:
             value = int(raw)
         except ValueError:
-            raise SettingsError(f"{key} / --{name.replace('_', '-')}: {raw!r} is not a whole number") from None
+            raise SettingsError(
+                f"{key} / --{name.replace('_', '-')}: {raw!r} is not a whole number"
+            ) from None
         if not low <= value <= high:
             raise SettingsError(f"--{name.replace('_', '-')}: {value} is outside {low}..{high}")
         return value

@@ -18,7 +18,6 @@ from broker.errors import ContractViolation, Violation
 from broker.relay import Relay
 from broker.testing.conformance import Limits
 
-
 B = TypeVar("B")
 
 

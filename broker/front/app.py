@@ -1,0 +1,99 @@
+"""The HTTP front: an app factory that mounts a running relay.
+
+Routes: ``/mcp/agent`` (MCP over streamable HTTP, stateless JSON mode, behind agent auth),
+``/metrics`` (Prometheus text of the relay's registry), ``/healthz`` (process up) and ``/readyz``
+(Redis reachable). The relay's lifecycle stays with the caller: the front owns no storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from mcp.server.transport_security import TransportSecuritySettings
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import Route
+
+from broker.agent_message import AgentMessage
+from broker.front.auth import AgentAuthMiddleware, KeyRing
+from broker.front.tools import build_mcp_server
+from broker.relay import Relay
+
+log = logging.getLogger("relay.front")
+
+MCP_PATH = "/mcp/agent"
+READY_TIMEOUT = 2.0
+
+
+def create_app(
+    relay: Relay[AgentMessage],
+    *,
+    keyring: KeyRing | None,
+    max_body_bytes: int = 262144,
+    allowed_hosts: Sequence[str] | None = None,
+) -> FastAPI:
+    """Build the front for a running ``relay``.
+
+    Args:
+        keyring: verifies agent tokens; without it ``/mcp/agent`` is not served.
+        max_body_bytes: larger ``/mcp/agent`` request bodies get 413.
+        allowed_hosts: ``Host`` values accepted on ``/mcp/agent`` (DNS-rebinding protection); None
+            accepts loopback names only, an empty sequence turns the check off (e.g. behind a proxy).
+    """
+    mcp = build_mcp_server(relay, max_wait=relay.max_wait) if keyring is not None else None
+    endpoint = None
+    if mcp is not None:
+        hosts = (
+            list(allowed_hosts) if allowed_hosts is not None else ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+        )
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=bool(hosts),
+            allowed_hosts=hosts,
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+        starlette_app = mcp.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            max_request_body_size=max_body_bytes,
+            transport_security=security,
+        )
+        endpoint = next(r for r in starlette_app.routes if isinstance(r, Route) and r.path == MCP_PATH).app
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if mcp is None:
+            yield
+            return
+        async with mcp.session_manager.run():
+            yield
+
+    app = FastAPI(title="relay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        try:
+            ready = await asyncio.wait_for(relay.ready(), READY_TIMEOUT)
+        except TimeoutError:
+            ready = False
+        if ready:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse(
+            {"status": "unavailable", "reason": "the message store does not answer"}, status_code=503
+        )
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    if endpoint is not None and keyring is not None:
+        app.router.routes.append(Route(MCP_PATH, endpoint=AgentAuthMiddleware(endpoint, keyring)))
+    return app

@@ -1,0 +1,118 @@
+"""``relay serve``: wire the Redis backend, the relay and the HTTP front, and run until signalled.
+
+Without a Redis URL an embedded server is started as a child process with append-only persistence
+under the data directory; it is stopped after the front has drained its in-flight requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from broker import logs
+from broker.settings import ServeSettings
+
+log = logging.getLogger("relay.serve")
+
+GRACEFUL_SHUTDOWN_SECONDS = 30
+
+
+def run(settings: ServeSettings) -> int:
+    """Run ``relay serve`` with parsed settings; returns the process exit code."""
+    from adapters.redis.server import EmbeddedRedis
+    from broker.front.auth import load_key_file
+
+    logs.configure(settings.log_format, settings.log_level)
+    keyring = load_key_file(settings.key_file) if settings.key_file is not None else None
+    embedded: EmbeddedRedis | None = None
+    url = settings.redis_url
+    if url is None:
+        embedded = EmbeddedRedis(settings.data_dir.absolute(), appendfsync="everysec")
+        embedded.start()
+        url = embedded.url
+        log.info("using %s", embedded.describe(), extra={"url": url, "data_dir": str(embedded.data_dir)})
+    else:
+        log.info("using Redis at %s (no embedded server started)", _redacted(url))
+    if keyring is None:
+        log.warning(
+            "no --agent-mcp-key-file: /mcp/agent is not served (create a key with `relay keygen PATH`)"
+        )
+    # uvicorn drains in-flight requests on SIGINT/SIGTERM, restores the handlers it found and re-raises
+    # the signal; these handlers receive it, so the embedded server is stopped before we exit.
+    received: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda number, _frame: received.append(number))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        asyncio.run(_serve(settings, url, keyring))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if embedded is not None:
+            embedded.stop()
+            log.info("embedded server stopped")
+    return 0
+
+
+async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
+    from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+    from broker.agent_message import AgentMessageContract
+    from broker.front.app import create_app
+    from broker.front.auth import KeyRing
+    from broker.relay import Relay
+
+    connection = RedisConnection(
+        RedisSettings(
+            url=url,
+            max_block=settings.max_wait,
+            inbox_cap=settings.inbox_cap,
+            send_rate=settings.send_rate,
+            send_burst=settings.send_burst,
+        )
+    )
+    relay = Relay(
+        AgentMessageContract(),
+        RedisInboxStore(connection),
+        RedisRegistry(connection),
+        metrics=CollectorRegistry(),
+        max_wait=settings.max_wait,
+    )
+    async with relay:
+        app = create_app(
+            relay,
+            keyring=keyring if isinstance(keyring, KeyRing) else None,
+            max_body_bytes=settings.max_body_bytes,
+            allowed_hosts=None if _is_loopback(settings.host) and settings.uds is None else [],
+        )
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            uds=str(settings.uds) if settings.uds is not None else None,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+            server_header=False,
+        )
+        server = uvicorn.Server(config)
+        where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
+        log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
+        await server.serve()
+    log.info("relay stopped")
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def _redacted(url: str) -> str:
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"

@@ -1,0 +1,549 @@
+"""Tests for broker.front.auth: key files, v1 tokens and the ASGI middleware on a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import stat
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from broker.errors import InvalidArgument
+from broker.front.auth import (
+    AgentAuthMiddleware,
+    AgentIdentity,
+    AuthError,
+    KeyFileError,
+    KeyRing,
+    agent_headers,
+    generate_key,
+    key_id,
+    load_key_file,
+    write_key_file,
+)
+
+NOW = 1_800_000_000
+AGENT = "alice"
+SESSION = "sess-1"
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def forge(key: bytes, claims: Any, *, version: str = "v1", raw: bytes | None = None) -> str:
+    """A token signed with ``key`` over arbitrary claims (to reach the checks after the signature)."""
+    payload = b64(raw if raw is not None else json.dumps(claims, separators=(",", ":")).encode())
+    sig = hmac.new(key, f"{version}.{payload}".encode(), hashlib.sha256).digest()
+    return f"{version}.{payload}.{b64(sig)}"
+
+
+def claims_for(key: bytes, **overrides: object) -> dict[str, object]:
+    claims: dict[str, object] = {
+        "agent": AGENT,
+        "session": SESSION,
+        "iat": NOW,
+        "exp": NOW + 3600,
+        "kid": key_id(key),
+    }
+    claims.update(overrides)
+    return claims
+
+
+def cause_of(
+    ring: KeyRing, token: str | None, agent: str | None = AGENT, session: str | None = SESSION
+) -> str:
+    with pytest.raises(AuthError) as info:
+        ring.verify(token, agent, session, now=NOW)
+    return info.value.cause
+
+
+# --- tokens ----------------------------------------------------------------------------------------
+
+
+def test_mint_verify_round_trip() -> None:
+    ring = KeyRing([new_key()])
+    token = ring.mint(AGENT, SESSION, ttl_seconds=600, now=NOW)
+    assert token.startswith("v1.")
+    assert ring.verify(token, AGENT, SESSION, now=NOW + 599) == AgentIdentity(AGENT, SESSION, NOW + 600)
+
+
+def test_token_format_is_exact() -> None:
+    key = new_key()
+    ring = KeyRing([key])
+    token = ring.mint(AGENT, SESSION, ttl_seconds=600, now=NOW)
+    _, payload, sig = token.split(".")
+    raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    expected = {
+        "agent": AGENT,
+        "exp": NOW + 600,
+        "iat": NOW,
+        "kid": hashlib.sha256(key).hexdigest()[:8],
+        "session": SESSION,
+    }
+    assert raw == json.dumps(expected, separators=(",", ":"), sort_keys=True).encode()
+    assert sig == b64(hmac.new(key, f"v1.{payload}".encode("ascii"), hashlib.sha256).digest())
+    assert "=" not in token
+
+
+def test_mint_validates_arguments() -> None:
+    ring = KeyRing([new_key()])
+    for agent, session in [("Bad:Id", SESSION), ("", SESSION), (AGENT, "bad session"), (AGENT, "")]:
+        with pytest.raises(InvalidArgument):
+            ring.mint(agent, session)
+    for ttl in (0, -1, 31_536_001, True):
+        with pytest.raises(InvalidArgument):
+            ring.mint(AGENT, SESSION, ttl_seconds=ttl)
+    assert ring.mint(AGENT, SESSION, ttl_seconds=31_536_000, now=NOW)
+
+
+def test_missing_headers() -> None:
+    ring = KeyRing([new_key()])
+    token = ring.mint(AGENT, SESSION, now=NOW)
+    assert cause_of(ring, None) == "missing_authorization"
+    assert cause_of(ring, "") == "missing_authorization"
+    assert cause_of(ring, token, agent=None) == "missing_agent_header"
+    assert cause_of(ring, token, agent="") == "missing_agent_header"
+    assert cause_of(ring, token, session=None) == "missing_session_header"
+    assert cause_of(ring, token, session="") == "missing_session_header"
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "no-dots-at-all",
+        "v1",
+        "v1.",
+        "v1..",
+        "v1.a.b.c",
+        "v1.!!!.abc",
+        "v1.eyJ.abc",
+        "V1.eyJhIjoxfQ.AAAA",
+        "v1." + "A" * 5000,
+        "v1.eyJhIjoxfQ.AAAA",  # signature of the wrong length
+        "v1.ümlaut.AAAA",
+        "v1.eyJhIjoxfQ=.AAAA",  # padding is not allowed
+    ],
+)
+def test_malformed_shapes(token: str) -> None:
+    assert cause_of(KeyRing([new_key()]), token) == "malformed_token"
+
+
+def test_malformed_payloads() -> None:
+    key = new_key()
+    ring = KeyRing([key])
+    bad_payloads: list[bytes] = [
+        b"not json",
+        b"\xff\xfe\x00",
+        b"[1, 2, 3]",
+        b'"just a string"',
+        b"[" * 2000 + b"]" * 2000,  # deep nesting must not escape as RecursionError
+        json.dumps({"agent": AGENT}).encode(),  # no kid
+        json.dumps(claims_for(key, kid=12345678)).encode(),
+        json.dumps(claims_for(key, kid="NOTHEX!!")).encode(),
+    ]
+    for raw in bad_payloads:
+        assert cause_of(ring, forge(key, None, raw=raw)) == "malformed_token", raw[:40]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"agent": None},
+        {"session": None},
+        {"iat": None},
+        {"exp": None},
+        {"agent": 7},
+        {"session": ["x"]},
+        {"iat": "1800000000"},
+        {"exp": 1.5e9},
+        {"exp": True},
+        {"iat": -5},
+        {"exp": NOW},  # exp must come after iat
+        {"agent": "Bad:Id"},
+        {"session": "has space"},
+        {"extra": "field"},
+    ],
+)
+def test_signed_but_malformed_claims(change: dict[str, object]) -> None:
+    key = new_key()
+    claims = claims_for(key)
+    for name, value in change.items():
+        if value is None:
+            del claims[name]
+        else:
+            claims[name] = value
+    assert cause_of(KeyRing([key]), forge(key, claims)) == "malformed_token"
+
+
+def test_never_raises_anything_but_auth_error() -> None:
+    ring = KeyRing([new_key()])
+    for junk in [
+        "v1.\x00.\x00",
+        "v1." + "-" * 4000 + ".x",
+        ".",
+        "..",
+        "v1.AA.AA",
+        "v99999999999999999999.a.b",
+    ]:
+        with pytest.raises(AuthError):
+            ring.verify(junk, AGENT, SESSION, now=NOW)
+
+
+def test_unsupported_version() -> None:
+    key = new_key()
+    ring = KeyRing([key])
+    assert cause_of(ring, forge(key, claims_for(key), version="v2")) == "unsupported_token_version"
+    assert cause_of(ring, "v0.abc.def") == "unsupported_token_version"
+
+
+def test_tampered_tokens() -> None:
+    key = new_key()
+    ring = KeyRing([key])
+    token = ring.mint(AGENT, SESSION, now=NOW)
+    version, payload, sig = token.split(".")
+    other_payload = b64(json.dumps(claims_for(key, agent="mallory"), separators=(",", ":")).encode())
+    assert cause_of(ring, f"{version}.{other_payload}.{sig}", agent="mallory") == "bad_signature"
+    flipped = sig[:10] + ("A" if sig[10] != "A" else "B") + sig[11:]
+    assert cause_of(ring, f"{version}.{payload}.{flipped}") == "bad_signature"
+    assert cause_of(ring, token[:-5]) == "malformed_token"
+    assert cause_of(ring, token[: len(version) + 1 + len(payload)]) == "malformed_token"
+
+
+def test_foreign_key() -> None:
+    ring = KeyRing([new_key()])
+    foreign = KeyRing([new_key()]).mint(AGENT, SESSION, now=NOW)
+    assert cause_of(ring, foreign) == "unknown_key"
+    # A token that claims a known kid but is signed by another key.
+    key = new_key()
+    assert cause_of(KeyRing([key]), forge(new_key(), claims_for(key))) == "bad_signature"
+
+
+def test_expiry_and_clock_skew() -> None:
+    ring = KeyRing([new_key()])
+    token = ring.mint(AGENT, SESSION, ttl_seconds=60, now=NOW)
+    assert ring.verify(token, AGENT, SESSION, now=NOW + 59).expires_at == NOW + 60
+    with pytest.raises(AuthError) as info:
+        ring.verify(token, AGENT, SESSION, now=NOW + 60)
+    assert info.value.cause == "expired"
+    future = ring.mint(AGENT, SESSION, ttl_seconds=600, now=NOW + 61)
+    assert cause_of(ring, future) == "not_yet_valid"
+    assert ring.verify(ring.mint(AGENT, SESSION, now=NOW + 60), AGENT, SESSION, now=NOW).agent == AGENT
+
+
+def test_header_mismatch() -> None:
+    ring = KeyRing([new_key()])
+    token = ring.mint(AGENT, SESSION, now=NOW)
+    assert cause_of(ring, token, agent="bob") == "agent_mismatch"
+    assert cause_of(ring, token, session="sess-2") == "session_mismatch"
+
+
+def test_rotation() -> None:
+    old, new = new_key(), new_key()
+    before = KeyRing([old])
+    after = KeyRing([new, old])
+    old_token = before.mint(AGENT, SESSION, now=NOW)
+    assert after.verify(old_token, AGENT, SESSION, now=NOW).agent == AGENT
+    new_token = after.mint(AGENT, SESSION, now=NOW)
+    assert after.signing_kid == key_id(new)
+    assert json.loads(base64.urlsafe_b64decode(new_token.split(".")[1] + "==="))["kid"] == key_id(new)
+    assert cause_of(before, new_token) == "unknown_key"
+    assert cause_of(KeyRing([new]), old_token) == "unknown_key"  # old key removed
+
+
+def test_agent_headers() -> None:
+    ring = KeyRing([new_key()])
+    headers = agent_headers(ring, AGENT, SESSION, 600, now=NOW)
+    assert set(headers) == {"Authorization", "X-CSF-Agent-ID", "X-CSF-Session-ID"}
+    assert headers["X-CSF-Agent-ID"] == AGENT
+    assert headers["X-CSF-Session-ID"] == SESSION
+    scheme, token = headers["Authorization"].split(" ")
+    assert scheme == "Bearer"
+    assert ring.verify(token, AGENT, SESSION, now=NOW) == AgentIdentity(AGENT, SESSION, NOW + 600)
+
+
+def test_error_messages_say_what_to_do() -> None:
+    ring = KeyRing([new_key()])
+    with pytest.raises(AuthError) as info:
+        ring.verify(KeyRing([new_key()]).mint(AGENT, SESSION), AGENT, SESSION)
+    assert info.value.code == "unauthorized"
+    assert "relay agent-headers" in info.value.message
+    assert info.value.details() == {"cause": "unknown_key"}
+
+
+def test_keyring_repr_hides_keys() -> None:
+    key = new_key()
+    text = repr(KeyRing([key]))
+    assert key_id(key) in text
+    assert b64(key) not in text
+
+
+# --- key files -------------------------------------------------------------------------------------
+
+
+def write(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_generate_key_shape() -> None:
+    key = generate_key()
+    assert len(key) == 43
+    assert len(base64.urlsafe_b64decode(key + "=")) == 32
+    assert generate_key() != key
+
+
+def test_write_and_load_key_file(tmp_path: Path) -> None:
+    path = tmp_path / "relay.key"
+    kid = write_key_file(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    ring = load_key_file(path)
+    assert ring.signing_kid == kid
+    with pytest.raises(KeyFileError, match="already exists"):
+        write_key_file(path)
+    assert load_key_file(path).signing_kid == kid  # untouched
+    new_kid = write_key_file(path, force=True)
+    assert new_kid != kid
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_key_file(path).signing_kid == new_kid
+    assert [p.name for p in tmp_path.iterdir()] == ["relay.key"]  # no temp file left
+
+
+def test_write_key_file_refuses_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(KeyFileError, match="does not exist"):
+        write_key_file(tmp_path / "nope" / "relay.key")
+    with pytest.raises(KeyFileError, match="directory"):
+        write_key_file(tmp_path, force=True)
+
+
+def test_key_file_with_comments_and_rotation(tmp_path: Path) -> None:
+    new, old = generate_key(), generate_key()
+    path = write(tmp_path / "k", f"# rotated today\n\n  {new}  \n# previous\n{old}\n")
+    ring = load_key_file(path)
+    assert ring.kids == (
+        key_id(base64.urlsafe_b64decode(new + "=")),
+        key_id(base64.urlsafe_b64decode(old + "=")),
+    )
+    old_ring = KeyRing([base64.urlsafe_b64decode(old + "=")])
+    assert ring.verify(old_ring.mint(AGENT, SESSION, now=NOW), AGENT, SESSION, now=NOW).agent == AGENT
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "match"),
+    [
+        ("", 0o600, "is empty"),
+        ("\n  \n", 0o600, "is empty"),
+        ("# only a comment\n", 0o600, "no key"),
+        ("not-a-key\n", 0o600, "line 1: not a key"),
+        ("# c\n" + "A" * 42 + "\n", 0o600, "line 2: not a key"),
+        ("KEY KEY\n", 0o600, "line 1: not a key"),
+        ("KEY\nKEY\n", 0o600, "line 2: repeats"),
+        ("KEY # trailing comment\n", 0o600, "line 1: not a key"),
+        ("KEY\n", 0o644, r"run `chmod 600 "),
+        ("KEY\n", 0o640, r"mode 0640"),
+        ("KEY\n", 0o604, r"chmod 600"),
+        ("KEY\n", 0o620, r"chmod 600"),
+    ],
+)
+def test_key_file_refusals(tmp_path: Path, text: str, mode: int, match: str) -> None:
+    path = write(tmp_path / "k", text.replace("KEY", generate_key()), mode)
+    with pytest.raises(KeyFileError, match=match) as info:
+        load_key_file(path)
+    assert "\n" not in str(info.value)
+
+
+def test_key_file_missing_or_not_regular(tmp_path: Path) -> None:
+    with pytest.raises(KeyFileError, match="relay keygen"):
+        load_key_file(tmp_path / "missing")
+    with pytest.raises(KeyFileError, match="not a regular file"):
+        load_key_file(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(KeyFileError, match="not a regular file"):
+        load_key_file(fifo)
+
+
+def test_key_file_error_does_not_echo_the_line(tmp_path: Path) -> None:
+    secret = generate_key()[:40]
+    path = write(tmp_path / "k", secret + "\n")
+    with pytest.raises(KeyFileError) as info:
+        load_key_file(path)
+    assert secret not in str(info.value)
+
+
+# --- middleware on a real socket -------------------------------------------------------------------
+
+
+async def inner_app(scope: Scope, receive: Receive, send: Send) -> None:
+    identity = scope["state"]["agent"]
+    user = scope["user"]
+    body = json.dumps(
+        {
+            "agent": identity.agent,
+            "session": identity.session,
+            "expires_at": identity.expires_at,
+            "identity_type": type(identity).__name__,
+            "client_id": user.access_token.client_id,
+            "token": user.access_token.token,
+            "user_expires_at": user.access_token.expires_at,
+            "method": scope["method"],
+        }
+    ).encode()
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class Server:
+    def __init__(self, url: str, keyring: KeyRing, foreign: KeyRing) -> None:
+        self.url = url
+        self.keyring = keyring
+        self.foreign = foreign
+
+
+@pytest.fixture(scope="module")
+async def server() -> AsyncIterator[Server]:
+    keyring = KeyRing([new_key()])
+    app = Starlette(routes=[Route("/mcp/agent", endpoint=AgentAuthMiddleware(inner_app, keyring))])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
+    uv = uvicorn.Server(config)
+    task = asyncio.create_task(uv.serve(sockets=[sock]))
+    for _ in range(500):
+        if uv.started or task.done():
+            break
+        await asyncio.sleep(0.01)
+    assert uv.started, "uvicorn did not start within 5 s"
+    try:
+        yield Server(f"http://127.0.0.1:{port}/mcp/agent", keyring, KeyRing([new_key()]))
+    finally:
+        uv.should_exit = True
+        await asyncio.wait_for(task, 10)
+        sock.close()
+
+
+async def test_middleware_passes_verified_requests(server: Server) -> None:
+    headers = agent_headers(server.keyring, AGENT, SESSION, 600)
+    async with httpx2.AsyncClient(timeout=10) as client:
+        for method in ("POST", "GET", "DELETE"):
+            response = await client.request(method, server.url, headers=headers, content=b"{}")
+            assert response.status_code == 200, response.text
+            seen = response.json()
+            assert seen["agent"] == AGENT
+            assert seen["session"] == SESSION
+            assert seen["identity_type"] == "AgentIdentity"
+            assert seen["client_id"] == f"{AGENT}/{SESSION}"
+            assert seen["token"] == "<redacted>"
+            assert seen["expires_at"] == seen["user_expires_at"]
+            assert seen["method"] == method
+        lower = {
+            "authorization": "bearer " + headers["Authorization"].split(" ")[1],
+            "x-csf-agent-id": AGENT,
+            "x-csf-session-id": SESSION,
+        }
+        assert (await client.post(server.url, headers=lower)).status_code == 200
+
+
+def _cases(server: Server) -> list[tuple[str, dict[str, str]]]:
+    good = agent_headers(server.keyring, AGENT, SESSION, 600)
+    token = good["Authorization"].split(" ")[1]
+
+    def without(name: str) -> dict[str, str]:
+        return {k: v for k, v in good.items() if k != name}
+
+    return [
+        ("missing_authorization", without("Authorization")),
+        ("missing_authorization", {**good, "Authorization": f"Basic {token}"}),
+        ("missing_authorization", {**good, "Authorization": "Bearer"}),
+        ("missing_agent_header", without("X-CSF-Agent-ID")),
+        ("missing_session_header", without("X-CSF-Session-ID")),
+        ("malformed_token", {**good, "Authorization": "Bearer garbage"}),
+        ("malformed_token", {**good, "Authorization": "Bearer " + token[:-3]}),
+        ("unsupported_token_version", {**good, "Authorization": "Bearer v2" + token[2:]}),
+        ("unknown_key", {**good, "Authorization": "Bearer " + server.foreign.mint(AGENT, SESSION)}),
+        (
+            "bad_signature",
+            {**good, "Authorization": "Bearer " + token[:-2] + ("AA" if token[-2:] != "AA" else "BA")},
+        ),
+        (
+            "expired",
+            {
+                **good,
+                "Authorization": "Bearer " + server.keyring.mint(AGENT, SESSION, 1, now=time.time() - 1000),
+            },
+        ),
+        (
+            "not_yet_valid",
+            {**good, "Authorization": "Bearer " + server.keyring.mint(AGENT, SESSION, 60, now=2**40)},
+        ),
+        ("agent_mismatch", {**good, "X-CSF-Agent-ID": "bob"}),
+        ("session_mismatch", {**good, "X-CSF-Session-ID": "other"}),
+    ]
+
+
+async def test_middleware_refuses_with_401(server: Server) -> None:
+    async with httpx2.AsyncClient(timeout=10) as client:
+        for cause, headers in _cases(server):
+            response = await client.post(server.url, headers=headers, content=b'{"jsonrpc":"2.0"}')
+            assert response.status_code == 401, (cause, response.text)
+            assert response.headers["content-type"] == "application/json"
+            assert response.headers["www-authenticate"] == (
+                f'Bearer realm="relay", error="invalid_token", error_description="{cause}"'
+            )
+            body = response.json()
+            assert body["jsonrpc"] == "2.0"
+            assert body["id"] is None
+            assert body["error"]["code"] == -32001
+            assert body["error"]["data"] == {"cause": cause}
+            assert body["error"]["message"].startswith(f"unauthorized: {cause}: ")
+            _, _, token = headers.get("Authorization", "").partition(" ")
+            if token:
+                assert token not in response.text
+                assert token.split(".")[-1] not in response.text
+
+
+async def test_middleware_exact_path_only(server: Server) -> None:
+    headers = agent_headers(server.keyring, AGENT, SESSION, 600)
+    async with httpx2.AsyncClient(timeout=10) as client:
+        response = await client.post(server.url + "/extra", headers=headers)
+        assert response.status_code == 404
+
+
+async def test_middleware_passes_non_http_scopes() -> None:
+    seen: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope["type"])
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: Any) -> None:
+        raise AssertionError("nothing should be sent")
+
+    await AgentAuthMiddleware(app, KeyRing([new_key()]))({"type": "lifespan"}, receive, send)
+    assert seen == ["lifespan"]

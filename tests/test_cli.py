@@ -1,0 +1,221 @@
+"""Tests for the ``relay`` command, run as ``python -m broker`` in a child process."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker.front.auth import load_key_file
+from broker.settings import ENVIRONMENT
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def relay(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "broker", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    assert result.returncode != 0, result
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("relay: error: "), lines[0]
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "relay.key"
+    result = relay("keygen", path)
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def test_keygen_writes_0600_and_refuses_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "relay.key"
+    result = relay("keygen", path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert len(result.stdout.splitlines()) == 1
+    assert str(path) in result.stdout
+    assert f"relay serve --agent-mcp-key-file {path}" in result.stdout
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    first = load_key_file(path).signing_kid
+    assert first in result.stdout
+
+    again = relay("keygen", path)
+    assert_one_error_line(again, "already exists", "--force")
+    assert again.returncode == 1
+    assert load_key_file(path).signing_kid == first
+
+    forced = relay("keygen", path, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_key_file(path).signing_kid != first
+
+
+def test_agent_headers(key_file: Path) -> None:
+    result = relay("agent-headers", "--key-file", key_file, "--agent", "reviewer", "--session", "s-1")
+    assert result.returncode == 0, result.stderr
+    headers = json.loads(result.stdout)
+    assert result.stdout.startswith('{\n  "')  # indent 2
+    assert set(headers) == {"Authorization", "X-CSF-Agent-ID", "X-CSF-Session-ID"}
+    assert headers["X-CSF-Agent-ID"] == "reviewer"
+    assert headers["X-CSF-Session-ID"] == "s-1"
+    scheme, token = headers["Authorization"].split(" ")
+    assert scheme == "Bearer"
+    identity = load_key_file(key_file).verify(token, "reviewer", "s-1")
+    assert identity.agent == "reviewer"
+    assert identity.session == "s-1"
+
+
+def test_agent_headers_ttl(key_file: Path) -> None:
+    result = relay("agent-headers", "--key-file", key_file, "--agent", "a", "--session", "s", "--ttl", "120")
+    assert result.returncode == 0, result.stderr
+    token = json.loads(result.stdout)["Authorization"].split(" ")[1]
+    identity = load_key_file(key_file).verify(token, "a", "s")
+    ring = load_key_file(key_file)
+    assert ring.verify(token, "a", "s", now=identity.expires_at - 120).expires_at == identity.expires_at
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:8080/mcp/agent", "http://127.0.0.1:8080/mcp/agent"),
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080/mcp/agent"),
+        ("https://relay.example.net/", "https://relay.example.net/mcp/agent"),
+        ("http://[::1]:9/prefix/mcp/agent", "http://[::1]:9/prefix/mcp/agent"),
+    ],
+)
+def test_mcp_config(key_file: Path, url: str, expected: str) -> None:
+    result = relay(
+        "mcp-config", "--key-file", key_file, "--agent", "reviewer", "--session", "s-1", "--url", url
+    )
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)
+    assert list(config) == ["mcpServers"]
+    assert list(config["mcpServers"]) == ["relay"]
+    entry = config["mcpServers"]["relay"]
+    assert entry["type"] == "http"
+    assert entry["url"] == expected
+    assert set(entry["headers"]) == {"Authorization", "X-CSF-Agent-ID", "X-CSF-Session-ID"}
+    token = entry["headers"]["Authorization"].removeprefix("Bearer ")
+    assert load_key_file(key_file).verify(token, "reviewer", "s-1").agent == "reviewer"
+
+
+def test_mcp_config_name(key_file: Path) -> None:
+    result = relay(
+        "mcp-config", "--key-file", key_file, "--agent", "a", "--session", "s",
+        "--url", "http://127.0.0.1:8080", "--name", "team-relay",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert list(json.loads(result.stdout)["mcpServers"]) == ["team-relay"]
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("ftp://127.0.0.1/mcp/agent", "http(s)"),
+        ("127.0.0.1:8080", "http(s)"),
+        ("http://127.0.0.1:8080/other", "/mcp/agent"),
+        ("http://127.0.0.1:8080/mcp/agent/", "/mcp/agent"),
+        ("http://127.0.0.1:8080/mcp/agent?x=1", "query"),
+    ],
+)
+def test_mcp_config_refuses_bad_urls(key_file: Path, url: str, fragment: str) -> None:
+    result = relay("mcp-config", "--key-file", key_file, "--agent", "a", "--session", "s", "--url", url)
+    assert_one_error_line(result, fragment)
+    assert result.returncode == 2
+
+
+def test_missing_key_file(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.key"
+    result = relay("agent-headers", "--key-file", missing, "--agent", "a", "--session", "s")
+    assert_one_error_line(result, str(missing), "relay keygen")
+    assert result.returncode == 1
+
+
+@pytest.mark.parametrize("command", ["agent-headers", "mcp-config"])
+def test_loose_key_file_permissions(key_file: Path, command: str) -> None:
+    key_file.chmod(0o644)
+    extra = ["--url", "http://127.0.0.1:8080"] if command == "mcp-config" else []
+    result = relay(command, "--key-file", key_file, "--agent", "a", "--session", "s", *extra)
+    assert_one_error_line(result, f"chmod 600 {key_file}")
+    assert result.returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--agent", "Bad:Id", "--session", "s"], "--agent"),
+        (["--agent", "a", "--session", "bad session"], "--session"),
+        (["--agent", "a", "--session", "s", "--ttl", "0"], "--ttl"),
+        (["--agent", "a", "--session", "s", "--ttl", "soon"], "--ttl"),
+        (["--agent", "a"], "--session"),
+    ],
+)
+def test_bad_arguments(key_file: Path, args: list[str], fragment: str) -> None:
+    result = relay("agent-headers", "--key-file", key_file, *args)
+    assert_one_error_line(result, fragment)
+    assert result.returncode == 2
+
+
+def test_bad_key_file_contents(tmp_path: Path) -> None:
+    path = tmp_path / "k"
+    path.write_text("# nothing but a comment\n")
+    path.chmod(0o600)
+    result = relay("agent-headers", "--key-file", path, "--agent", "a", "--session", "s")
+    assert_one_error_line(result, "no key")
+
+
+def test_serve_settings_error_is_one_line() -> None:
+    result = relay("serve", "--port", "70000")
+    assert_one_error_line(result, "--port")
+    assert result.returncode == 2
+
+
+def test_no_command_is_a_usage_error() -> None:
+    result = relay()
+    assert_one_error_line(result)
+    assert result.returncode == 2
+
+
+HELP = {
+    None: ["serve", "keygen", "agent-headers", "mcp-config", *ENVIRONMENT],
+    "serve": [
+        "--host", "--port", "--uds", "--redis-url", "--agent-mcp-key-file", "--data-dir", "--log-format",
+        "--log-level", "--inbox-cap", "--send-rate", "--send-burst", "--max-body-bytes", *ENVIRONMENT,
+    ],
+    "keygen": ["PATH", "--force"],
+    "agent-headers": ["--key-file", "--agent", "--session", "--ttl"],
+    "mcp-config": ["--key-file", "--agent", "--session", "--ttl", "--url", "--name"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(HELP), ids=lambda c: c or "relay")
+def test_help(command: str | None) -> None:
+    result = relay(*([command] if command else []), "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    for word in HELP[command]:
+        assert word in result.stdout, word
