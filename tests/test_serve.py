@@ -222,3 +222,85 @@ async def test_redis_outage_gives_retryable_errors_and_service_resumes(tmp_path:
             assert not again.is_error
     finally:
         server.stop()
+
+
+def test_serve_on_a_unix_socket(tmp_path: Path) -> None:
+    sock = tmp_path / "relay.sock"
+    key = key_file(tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--uds",
+            str(sock),
+            "--agent-mcp-key-file",
+            str(key),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        transport = httpx2.HTTPTransport(uds=str(sock))
+        with httpx2.Client(transport=transport, base_url="http://localhost") as http:
+            deadline = time.monotonic() + 30
+            ready = False
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    ready = http.get("/readyz", timeout=1).status_code == 200
+                except httpx2.HTTPError:
+                    ready = False
+                if ready:
+                    break
+                time.sleep(0.05)
+            assert ready
+            headers = agent_headers(load_key_file(key), "alice", "a-1")
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "RegisterAgentAddress",
+                    "arguments": {"provider": "claudecode", "endpoint": f"unix:{sock}"},
+                },
+            }
+            response = http.post(
+                "/mcp/agent",
+                json=body,
+                headers={
+                    **headers,
+                    "accept": "application/json, text/event-stream",
+                    "mcp-protocol-version": "2025-11-25",
+                },
+            )
+            assert response.json()["result"]["structuredContent"]["endpoint"] == f"unix:{sock}"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_a_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "broker", "serve", "--port", str(port), "--data-dir", str(tmp_path / "d")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("relay: error: cannot listen on 127.0.0.1:")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "d").exists()
