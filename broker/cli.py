@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+from broker.cli_dead_letters import register_commands as _register_dead_letters
+from broker.cli_inspect import register as _register_inspect
 from broker.errors import InvalidArgument, RelayError
 from broker.front.auth import (
     DEFAULT_TTL_SECONDS,
@@ -196,7 +198,12 @@ def _mcp_config(args: argparse.Namespace) -> int:
 
 # --- entry point -----------------------------------------------------------------------------------
 
-COMMAND_GROUPS: list[Callable[[Subparsers], None]] = [_register_serve, _register_keys]
+COMMAND_GROUPS: list[Callable[[Subparsers], None]] = [
+    _register_serve,
+    _register_keys,
+    _register_inspect,
+    _register_dead_letters,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

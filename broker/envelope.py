@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
+import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 Body = TypeVar("Body")
 
@@ -54,7 +56,7 @@ class Envelope(Generic[Body]):
 
 
 def now_ms() -> int:
-    return int(datetime.now(UTC).timestamp() * 1000)
+    return time.time_ns() // 1_000_000
 
 
 def from_ms(ms: int) -> datetime:
@@ -65,10 +67,37 @@ def to_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
+_LAST_SECOND: list[tuple[int, str]] = [(-1, "")]
+
+
+def format_ms(ms: int) -> str:
+    """``format_time(from_ms(ms))``, with the text up to the second cached (sends in the same second
+    share it)."""
+    second, millis = divmod(ms, 1000)
+    cached_second, prefix = _LAST_SECOND[0]
+    if second != cached_second:
+        prefix = format_time(from_ms(second * 1000))[:-4]
+        _LAST_SECOND[0] = (second, prefix)
+    return f"{prefix}{millis:03d}Z"
+
+
 def format_time(moment: datetime) -> str:
     """ISO-8601 UTC with milliseconds and a ``Z``: ``2026-11-29T13:45:12.345Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    m = moment.astimezone(UTC)
+    if m.year < 1000:  # strftime's %Y does not pad: keep its spelling
+        return m.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return (
+        f"{m.year}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}."
+        f"{moment.microsecond // 1000:03d}Z"
+    )
+
+
+_CANONICAL: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z", re.ASCII)
 
 
 def parse_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    found = _CANONICAL.fullmatch(text)
+    if found is None:  # not the exact form format_time writes: the general (slower) parser decides
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    year, month, day, hour, minute, second, millis = map(int, found.groups())
+    return datetime(year, month, day, hour, minute, second, millis * 1000, tzinfo=UTC)

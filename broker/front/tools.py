@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.providers import host_providers
 from broker.agent_message import AgentMessage
+from broker.contract import Contract
 from broker.envelope import Envelope, format_time
 from broker.errors import RelayError
 from broker.front.auth import AgentIdentity
@@ -33,9 +34,10 @@ INSTRUCTIONS = (
 
 
 class MessageIn(BaseModel):
-    """An AgentMessage as a tool argument."""
+    """An AgentMessage as a tool argument. Strict: no coercion (``true`` or ``"1"`` is not kind 1), the
+    same shape rules as ``AgentMessageContract.from_json``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: int | Literal["note", "request", "reply", "status"] = Field(
         description="1 note, 2 request, 3 reply, 4 status (the names are accepted too)"
@@ -103,7 +105,12 @@ def _identity(ctx: Context[Any, Any]) -> AgentIdentity:
 
 
 def _ok(model: BaseModel) -> CallToolResult:
-    data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return _ok_data(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def _ok_data(data: dict[str, Any]) -> CallToolResult:
+    """A success result from plain JSON data (exactly what the matching model would dump: the hot tools
+    build it directly instead of through a model, which the SDK validates against anyway)."""
     return CallToolResult(
         content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False))],
         structured_content=data,
@@ -172,17 +179,21 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
         except RelayError as exc:
             log.info("send refused", extra={"from": who.agent, "to": to, "outcome": exc.code})
             return tool_error(exc)
-        log.info(
-            "sent",
-            extra={
-                "envelope": sent.id,
-                "from": who.agent,
-                "to": to,
-                "tier": sent.tier.label,
-                "outcome": "ok",
-            },
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "sent",
+                extra={
+                    "envelope": sent.id,
+                    "from": who.agent,
+                    "to": to,
+                    "tier": sent.tier.label,
+                    "outcome": "ok",
+                },
+            )
+        # = Sent(...).model_dump(): id, to, tier, sent_at
+        return _ok_data(
+            {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_time(sent.sent_at)}
         )
-        return _ok(Sent(id=sent.id, to=sent.to, tier=sent.tier.label, sent_at=format_time(sent.sent_at)))
 
     @server.tool(
         name="FetchAgentInbox",
@@ -201,19 +212,20 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
             got = await relay.fetch(who.agent, limit, wait, session=who.session)
         except RelayError as exc:
             return tool_error(exc)
-        for envelope in got:
-            if envelope.deliveries == 1:
-                log.info(
-                    "delivered",
-                    extra={
-                        "envelope": envelope.id,
-                        "from": envelope.sender,
-                        "to": envelope.to,
-                        "tier": envelope.tier.label,
-                        "outcome": "ok",
-                    },
-                )
-        return _ok(Inbox(envelopes=[_inbox_envelope(relay, e) for e in got]))
+        if log.isEnabledFor(logging.INFO):
+            for envelope in got:
+                if envelope.deliveries == 1:
+                    log.info(
+                        "delivered",
+                        extra={
+                            "envelope": envelope.id,
+                            "from": envelope.sender,
+                            "to": envelope.to,
+                            "tier": envelope.tier.label,
+                            "outcome": "ok",
+                        },
+                    )
+        return _ok_data({"envelopes": [_inbox_envelope(contract, e) for e in got]})
 
     @server.tool(
         name="AcknowledgeAgentInbox",
@@ -228,22 +240,24 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
             done = await relay.ack(who.agent, ids, session=who.session)
         except RelayError as exc:
             return tool_error(exc)
-        for envelope_id in done.acknowledged:
-            log.info("acknowledged", extra={"envelope": envelope_id, "to": who.agent, "outcome": "ok"})
-        return _ok(Acknowledgement(acknowledged=list(done.acknowledged), unknown=list(done.unknown)))
+        if log.isEnabledFor(logging.INFO):
+            for envelope_id in done.acknowledged:
+                log.info("acknowledged", extra={"envelope": envelope_id, "to": who.agent, "outcome": "ok"})
+        # = Acknowledgement(...).model_dump()
+        return _ok_data({"acknowledged": list(done.acknowledged), "unknown": list(done.unknown)})
 
     return server
 
 
-def _inbox_envelope(relay: Relay[AgentMessage], envelope: Envelope[AgentMessage]) -> InboxEnvelope:
-    data = relay.contract.to_json(envelope.message)
-    return InboxEnvelope.model_validate(
-        {
-            "id": envelope.id,
-            "from": envelope.sender,
-            "tier": envelope.tier.label,
-            "message": data,
-            "sent_at": format_time(envelope.sent_at),
-            "deliveries": envelope.deliveries,
-        }
-    )
+def _inbox_envelope(contract: Contract[AgentMessage], envelope: Envelope[AgentMessage]) -> dict[str, Any]:
+    """= ``InboxEnvelope(...).model_dump(mode="json", by_alias=True, exclude_none=True)``: ``to_json``
+    gives ``kind``, ``text`` and only the optional fields that are set, like ``MessageOut`` without
+    its Nones."""
+    return {
+        "id": envelope.id,
+        "from": envelope.sender,
+        "tier": envelope.tier.label,
+        "message": contract.to_json(envelope.message),
+        "sent_at": format_time(envelope.sent_at),
+        "deliveries": envelope.deliveries,
+    }

@@ -1,0 +1,246 @@
+"""``MemoryDeliveryQueue``: claim-based delivery on the memory backend's inboxes (``IDeliveryQueue``).
+
+Who holds which entry and since when is kept here, keyed by (agent, inbox position), beside the
+shared ``MemoryState``; the delivery count is the entry's own ``deliveries`` (shared with the MCP
+fetch path, like the Redis PEL count). Receive loops in one process that share a ``MemoryState`` must
+share one ``MemoryDeliveryQueue`` too, as workers sharing a Redis share its pending list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from adapters.memory.inbox import MemoryInboxStore
+from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
+from broker.delivery import DeadLetter
+from broker.envelope import now_ms
+from broker.errors import UnregisteredAgent
+from broker.ids import decode_envelope_id, encode_envelope_id, is_envelope_id, new_nonce
+from broker.ports import AckOutcome, StoredEnvelope
+
+_Key = tuple[str, tuple[int, int]]
+
+
+@dataclass(slots=True)
+class _Hold:
+    consumer: str
+    since: float
+    """``time.monotonic()`` of the last hand-out or touch: the idle clock."""
+
+
+@dataclass(slots=True)
+class _Shared:
+    holds: dict[_Key, _Hold] = field(default_factory=dict)
+    dead: dict[str, list[DeadLetter]] = field(default_factory=dict)
+    requeued_from: dict[_Key, str] = field(default_factory=dict)
+
+
+class MemoryDeliveryQueue:
+    def __init__(self, state: MemoryState) -> None:
+        self.state = state
+        self._inbox = MemoryInboxStore(state)
+        self._shared = _Shared()
+        self._closed = False
+
+    async def open(self) -> None:
+        self._closed = False
+
+    async def close(self) -> None:
+        self._closed = True
+        for inbox in self.state.inboxes.values():
+            if inbox.arrived is not None:
+                async with inbox.arrived:
+                    inbox.arrived.notify_all()
+
+    def _inbox_of(self, agent: str) -> MemoryInbox:
+        if agent not in self.state.registrations:
+            raise UnregisteredAgent(agent)
+        return self.state.inboxes.setdefault(agent, MemoryInbox())
+
+    def _entry(self, agent: str, envelope_id: str) -> MemoryEntry | None:
+        if not is_envelope_id(envelope_id):
+            return None
+        ms, seq, nonce = decode_envelope_id(envelope_id)
+        inbox = self.state.inboxes.get(agent)
+        entry = inbox.entries.get((ms, seq)) if inbox is not None else None
+        return entry if entry is not None and entry.nonce == nonce else None
+
+    def _held_by(self, agent: str, envelope_id: str, consumer: str) -> MemoryEntry | None:
+        entry = self._entry(agent, envelope_id)
+        if entry is None:
+            return None
+        hold = self._shared.holds.get((agent, entry.position))
+        return entry if hold is not None and hold.consumer == consumer else None
+
+    def _stored(self, agent: str, entry: MemoryEntry, *, first: bool) -> StoredEnvelope:
+        return StoredEnvelope(
+            envelope_id=encode_envelope_id(*entry.position, entry.nonce),
+            sender=entry.sender,
+            to=agent,
+            tier=entry.tier,
+            sent_at_ms=entry.sent_at_ms,
+            fields=dict(entry.fields),
+            deliveries=entry.deliveries,
+            first_delivery=first,
+        )
+
+    def _forget_gone(self, agent: str, inbox: MemoryInbox) -> None:
+        # entries acknowledged through the inbox store leave their hold behind; drop it here
+        for key in [k for k in self._shared.holds if k[0] == agent and k[1] not in inbox.entries]:
+            del self._shared.holds[key]
+            self._shared.requeued_from.pop(key, None)
+
+    async def claim(
+        self,
+        agent: str,
+        consumer: str,
+        limit: int,
+        *,
+        visibility: float,
+        wait: float | None = None,
+    ) -> list[StoredEnvelope]:
+        inbox = self._inbox_of(agent)
+        self._forget_gone(agent, inbox)
+        now = time.monotonic()
+        out: list[StoredEnvelope] = []
+        for entry in list(inbox.entries.values()):
+            if len(out) >= limit:
+                break
+            if entry.deliveries == 0:
+                continue
+            key = (agent, entry.position)
+            hold = self._shared.holds.get(key)
+            if hold is None:
+                # handed out by the MCP fetch path, which records no time: start its idle clock now
+                self._shared.holds[key] = _Hold(agent, now)
+                continue
+            if now - hold.since >= visibility:
+                self._shared.holds[key] = _Hold(consumer, now)
+                entry.deliveries += 1
+                out.append(self._stored(agent, entry, first=False))
+        out.extend(self._take_new(agent, inbox, consumer, limit - len(out)))
+        if out or not wait or self._closed:
+            return out
+        condition = inbox.condition()
+        async with condition:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    condition.wait_for(
+                        lambda: self._closed or any(e.deliveries == 0 for e in inbox.entries.values())
+                    ),
+                    wait,
+                )
+        return self._take_new(agent, inbox, consumer, limit)
+
+    def _take_new(self, agent: str, inbox: MemoryInbox, consumer: str, count: int) -> list[StoredEnvelope]:
+        out: list[StoredEnvelope] = []
+        now = time.monotonic()
+        for entry in list(inbox.entries.values()):
+            if len(out) >= count:
+                break
+            if entry.deliveries == 0:
+                entry.deliveries = 1
+                self._shared.holds[(agent, entry.position)] = _Hold(consumer, now)
+                out.append(self._stored(agent, entry, first=True))
+        return out
+
+    async def retry(self, agent: str, consumer: str, envelope_id: str) -> int:
+        entry = self._held_by(agent, envelope_id, consumer)
+        if entry is None:
+            return 0
+        entry.deliveries += 1
+        self._shared.holds[(agent, entry.position)] = _Hold(consumer, time.monotonic())
+        return entry.deliveries
+
+    async def touch(self, agent: str, consumer: str, ids: Sequence[str]) -> list[str]:
+        now = time.monotonic()
+        kept: list[str] = []
+        for envelope_id in ids:
+            entry = self._held_by(agent, envelope_id, consumer)
+            if entry is not None:
+                self._shared.holds[(agent, entry.position)] = _Hold(consumer, now)
+                kept.append(envelope_id)
+        return kept
+
+    async def ack(self, agent: str, ids: Sequence[str]) -> AckOutcome:
+        outcome = await self._inbox.ack(agent, ids)
+        for envelope_id in outcome.acknowledged:
+            ms, seq, _ = decode_envelope_id(envelope_id)
+            self._shared.holds.pop((agent, (ms, seq)), None)
+            self._shared.requeued_from.pop((agent, (ms, seq)), None)
+        return outcome
+
+    async def dead_letter(
+        self, agent: str, envelope_id: str, reason: str, *, consumer: str | None = None
+    ) -> bool:
+        entry = self._entry(agent, envelope_id)
+        if entry is None or entry.deliveries == 0:
+            return False
+        key = (agent, entry.position)
+        hold = self._shared.holds.get(key)
+        if consumer is not None and (hold is None or hold.consumer != consumer):
+            return False
+        del self.state.inboxes[agent].entries[entry.position]
+        self._shared.holds.pop(key, None)
+        letter = DeadLetter(
+            envelope_id=envelope_id,
+            sender=entry.sender,
+            to=agent,
+            tier=entry.tier,
+            sent_at_ms=entry.sent_at_ms,
+            fields=dict(entry.fields),
+            attempts=entry.deliveries,
+            reason=reason,
+            dead_at_ms=now_ms(),
+            requeued_from=self._shared.requeued_from.pop(key, None),
+        )
+        self._shared.dead.setdefault(agent, []).append(letter)
+        return True
+
+    async def dead_letters(self, agent: str, limit: int = 100) -> list[DeadLetter]:
+        return list(self._shared.dead.get(agent, [])[:limit])
+
+    async def dead_letter_count(self, agent: str) -> int:
+        return len(self._shared.dead.get(agent, []))
+
+    async def requeue(self, agent: str, ids: Sequence[str] | None = None) -> list[str]:
+        dead = self._shared.dead.get(agent, [])
+        wanted = None if ids is None else set(ids)
+        chosen = [d for d in dead if wanted is None or d.envelope_id in wanted]
+        if not chosen:
+            return []
+        inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
+        new_ids: list[str] = []
+        for letter in chosen:
+            dead.remove(letter)
+            ms, seq = inbox.last
+            stamp = now_ms()
+            position = (stamp, 0) if stamp > ms else (ms, seq + 1)
+            inbox.last = position
+            # requeued_from is kept beside the body fields, so the MCP fetch path never sees it
+            entry = MemoryEntry(
+                position, new_nonce(), letter.sender, letter.tier, letter.sent_at_ms, dict(letter.fields)
+            )
+            inbox.entries[position] = entry
+            self._shared.requeued_from[(agent, position)] = letter.envelope_id
+            new_ids.append(encode_envelope_id(*position, entry.nonce))
+        if inbox.arrived is not None:
+            async with inbox.arrived:
+                inbox.arrived.notify_all()
+        return new_ids
+
+    def requeued_from(self, agent: str, envelope_id: str) -> str | None:
+        """The id a requeued envelope had when it was dead-lettered (what Redis keeps in the
+        ``requeued_from`` field), or None."""
+        entry = self._entry(agent, envelope_id)
+        return None if entry is None else self._shared.requeued_from.get((agent, entry.position))
+
+    async def release(self, agent: str, consumer: str, ids: Sequence[str] = ()) -> None:
+        for envelope_id in ids:
+            entry = self._held_by(agent, envelope_id, consumer)
+            if entry is not None:
+                self._shared.holds[(agent, entry.position)] = _Hold(consumer, float("-inf"))

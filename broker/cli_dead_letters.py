@@ -1,0 +1,211 @@
+"""``relay dead-letters list|requeue``: inspect and requeue an agent's dead letters on Redis.
+
+``register_commands(subparsers)`` adds the group to the ``relay`` command (``broker.cli``); ``main``
+runs it on its own (``python -m broker.cli_dead_letters``). Like ``relay serve``, the commands find
+Redis through ``--redis-url`` or ``RELAY_REDIS_URL``. See docs/delivery.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+from broker.delivery import DeadLetter
+from broker.envelope import format_time, from_ms
+from broker.errors import InvalidArgument, RelayError
+from broker.ids import check_agent_id, is_envelope_id
+from broker.settings import SettingsError, add_redis_argument, redis_url_from
+
+if TYPE_CHECKING:
+    from adapters.redis.delivery import RedisDeliveryQueue
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+MAX_LIST = 10_000
+_TEXT_CHARS = 80
+T = TypeVar("T")
+P = TypeVar("P", bound=argparse.ArgumentParser)
+
+
+def register_commands(subparsers: argparse._SubParsersAction[P]) -> None:
+    """Add ``dead-letters list AGENT`` and ``dead-letters requeue AGENT [IDS...]``."""
+    group = subparsers.add_parser(
+        "dead-letters",
+        help="list or requeue an in-process agent's dead letters",
+        description="Envelopes that failed delivery to an in-process agent too often are kept in its "
+        "dead-letter list. List them, or move them back into the agent's inbox.",
+    )
+    actions = group.add_subparsers(dest="dead_letters_action", metavar="ACTION", required=True)
+
+    listing = actions.add_parser(
+        "list",
+        help="list an agent's dead letters, oldest first",
+        description="List an agent's dead letters, oldest first: id, sender, attempts, reason, time, "
+        "kind and the start of the text.",
+    )
+    listing.add_argument("agent", metavar="AGENT", help="the agent id, e.g. builder")
+    listing.add_argument("--json", action="store_true", help="print JSON (one object) instead of text")
+    listing.add_argument(
+        "--limit", type=_limit, default=100, metavar="N", help=f"at most N, 1..{MAX_LIST} (default 100)"
+    )
+    _add_redis_options(listing)
+    listing.set_defaults(handler=_list)
+
+    requeue = actions.add_parser(
+        "requeue",
+        help="move dead letters back into the agent's inbox",
+        description="Move dead letters back into the agent's inbox, oldest first. Each gets a new "
+        "envelope id and is delivered again from attempt 1. Without IDS, all of them.",
+    )
+    requeue.add_argument("agent", metavar="AGENT", help="the agent id, e.g. builder")
+    requeue.add_argument("ids", nargs="*", metavar="ID", help="envelope ids as listed (default: all)")
+    requeue.add_argument("--json", action="store_true", help="print JSON (one object) instead of text")
+    _add_redis_options(requeue)
+    requeue.set_defaults(handler=_requeue)
+
+
+def _add_redis_options(parser: argparse.ArgumentParser) -> None:
+    add_redis_argument(parser)
+    parser.add_argument("--prefix", default="relay", help="the relay's Redis key prefix (default relay)")
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_LIST:
+        raise argparse.ArgumentTypeError(f"{value} is outside 1..{MAX_LIST}")
+    return value
+
+
+def _queue_call(args: argparse.Namespace, work: Callable[[RedisDeliveryQueue], Awaitable[T]]) -> T | None:
+    url = redis_url_from(args)
+    if url is None:
+        _fail("dead-letters needs the relay's Redis: pass --redis-url or set RELAY_REDIS_URL")
+        return None
+
+    async def run() -> T:
+        from adapters.redis.connection import RedisConnection, RedisSettings
+        from adapters.redis.delivery import RedisDeliveryQueue
+
+        connection = RedisConnection(RedisSettings(url=url, prefix=args.prefix))
+        queue = RedisDeliveryQueue(connection)
+        await queue.open()
+        try:
+            return await work(queue)
+        finally:
+            await queue.close()
+
+    return asyncio.run(run())
+
+
+def _list(args: argparse.Namespace) -> int:
+    agent = check_agent_id(args.agent, "AGENT")
+
+    async def work(queue: RedisDeliveryQueue) -> tuple[int, list[DeadLetter]]:
+        return await queue.dead_letter_count(agent), await queue.dead_letters(agent, args.limit)
+
+    found = _queue_call(args, work)
+    if found is None:
+        return EXIT_USAGE
+    total, letters = found
+    if args.json:
+        print(json.dumps({"agent": agent, "total": total, "dead_letters": [_json(x) for x in letters]}))
+        return 0
+    if not letters:
+        print(f"no dead letters for {agent}")
+        return 0
+    shown = f"{len(letters)} of {total}" if total > len(letters) else str(total)
+    print(f"{shown} dead letter{'s' if total != 1 else ''} for {agent}, oldest first:")
+    for letter in letters:
+        kind = _clean(letter.fields.get("kind", "-"), 16)
+        print(
+            f"{letter.envelope_id}  from={letter.sender}  attempts={letter.attempts}  "
+            f"dead_at={format_time(from_ms(letter.dead_at_ms))}  kind={kind}"
+        )
+        print(f"    reason: {_clean(letter.reason, 200)}")
+        print(f"    text:   {_clean(letter.fields.get('text', '-'), _TEXT_CHARS)}")
+    return 0
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    agent = check_agent_id(args.agent, "AGENT")
+    for i, envelope_id in enumerate(args.ids):
+        if not is_envelope_id(envelope_id):
+            message = f"{envelope_id!r:.80} is not an envelope id; copy it from `list`"
+            raise InvalidArgument(f"ID[{i}]", "envelope_id.pattern", message)
+    wanted: list[str] | None = list(dict.fromkeys(args.ids)) or None
+
+    async def work(queue: RedisDeliveryQueue) -> tuple[list[str], list[str]]:
+        missing: list[str] = []
+        if wanted is not None:
+            present = {x.envelope_id for x in await queue.dead_letters(agent, MAX_LIST)}
+            missing = [i for i in wanted if i not in present]
+        return await queue.requeue(agent, wanted), missing
+
+    done = _queue_call(args, work)
+    if done is None:
+        return EXIT_USAGE
+    requeued, missing = done
+    if args.json:
+        print(json.dumps({"agent": agent, "requeued": requeued, "not_found": missing}))
+    else:
+        print(f"requeued {len(requeued)} dead letter{'s' if len(requeued) != 1 else ''} of {agent}")
+        for new_id in requeued:
+            print(f"  new id {new_id}")
+        if missing:
+            print(f"not found (already requeued, or not {agent}'s): {' '.join(missing)}")
+    return EXIT_RUNTIME if missing else 0
+
+
+def _json(letter: DeadLetter) -> dict[str, object]:
+    data: dict[str, object] = {
+        "id": letter.envelope_id,
+        "from": letter.sender,
+        "to": letter.to,
+        "tier": letter.tier.label,
+        "sent_at": format_time(from_ms(letter.sent_at_ms)),
+        "attempts": letter.attempts,
+        "reason": letter.reason,
+        "dead_at": format_time(from_ms(letter.dead_at_ms)),
+        "fields": dict(letter.fields),
+    }
+    if letter.requeued_from is not None:
+        data["requeued_from"] = letter.requeued_from
+    return data
+
+
+def _clean(text: str, width: int) -> str:
+    """One line of at most ``width`` printable characters: control characters (newlines, terminal
+    escapes) in a message must not reach the operator's terminal."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _fail(message: str) -> None:
+    print(f"relay: error: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dead-letters ...`` alone (the same handlers and errors as ``relay dead-letters``)."""
+    parser = argparse.ArgumentParser(prog="relay")
+    register_commands(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except (InvalidArgument, SettingsError) as exc:
+        _fail(" ".join(str(exc).split()))
+        return EXIT_USAGE
+    except RelayError as exc:
+        _fail(" ".join(exc.message.split()))
+        return EXIT_RUNTIME
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

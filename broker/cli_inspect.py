@@ -1,0 +1,154 @@
+"""``relay inspect [AGENT] [--json]``: registrations and inboxes as Redis has them.
+
+Per agent: registration (provider, endpoint, tier, session, age), inbox depth, pending count, age of
+the oldest unacknowledged envelope and dead letters. Read-only; message text is never read out.
+The queries live in ``adapters.redis.inspect`` (imported when the command runs: the core never
+imports redis).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from broker.ids import check_agent_id
+from broker.settings import SettingsError, add_redis_argument, redis_url_from
+
+if TYPE_CHECKING:
+    from adapters.redis.inspect import AgentInspection, Report
+    from broker.cli import Subparsers
+
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 100_000
+EXIT_NOT_FOUND = 1
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "inspect",
+        help="show agents' registrations, inbox backlog, pending and dead letters (from Redis)",
+        description="Show what Redis holds for each registered agent (or just AGENT): its registration, "
+        "inbox depth (unacknowledged envelopes), pending (handed out, not acknowledged), the age of the "
+        "oldest unacknowledged envelope and its dead letters. Ages are measured against the Redis "
+        "server's clock. Read-only; message text is never shown.",
+    )
+    parser.add_argument("agent", nargs="?", metavar="AGENT", help="one agent id (default: every agent)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--limit",
+        type=_limit,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"show at most N agents, by id (default {DEFAULT_LIMIT})",
+    )
+    add_redis_argument(parser)
+    parser.set_defaults(handler=_inspect)
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{value} is outside 1..{MAX_LIMIT}")
+    return value
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    url = redis_url_from(args)
+    if url is None:
+        raise SettingsError(
+            "relay inspect needs the Redis that relay serve uses: pass --redis-url redis://HOST:PORT/DB "
+            "or set RELAY_REDIS_URL (a relay serve without --redis-url logs its embedded server's "
+            "address at start-up)"
+        )
+    agent: str | None = args.agent
+    if agent is not None:
+        check_agent_id(agent, "AGENT")
+    from adapters.redis.inspect import report
+
+    found = asyncio.run(report(url, agent=agent, limit=args.limit))
+    if agent is not None and not found.agents[0].exists:
+        print(
+            f"relay: error: agent {agent!r} is not registered at {found.redis} and has no inbox or dead "
+            "letters; `relay inspect` lists the registered agents",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_FOUND
+    if args.json:
+        print(json.dumps(_as_json(found), indent=2))
+    else:
+        print(_as_text(found, single=agent is not None))
+    return 0
+
+
+def _as_json(found: Report) -> dict[str, object]:
+    return {
+        "redis": found.redis,
+        "time": found.time,
+        "agents_registered": found.indexed,
+        "agents": [a.to_json() for a in found.agents],
+    }
+
+
+def _as_text(found: Report, *, single: bool) -> str:
+    blocks = [_table(a) for a in found.agents]
+    if single:
+        footer = f"read from {found.redis} at {found.time}"
+    elif not found.agents:
+        footer = f"no agents registered at {found.redis} ({found.time})"
+    else:
+        shown = len(found.agents)
+        more = f"; showing the first {shown} by id (--limit)" if found.indexed > shown else ""
+        footer = f"{found.indexed} agents registered at {found.redis} ({found.time}){more}"
+    return "\n\n".join([*blocks, footer])
+
+
+def _table(a: AgentInspection) -> str:
+    rows: list[tuple[str, str]] = []
+    if a.registered:
+        rows += [
+            ("provider", a.provider or "-"),
+            ("endpoint", a.endpoint or "-"),
+            ("tier", a.tier or "-"),
+            ("session", a.session or "-"),
+            ("registered", f"{human_age(a.age_seconds)} ago, at {a.registered_at or '-'}"),
+            ("updated at", a.updated_at or "-"),
+        ]
+    else:
+        rows.append(("registration", "none (not registered)"))
+    rows += [
+        ("inbox depth", f"{a.inbox_depth} unacknowledged ({a.not_yet_fetched} not yet fetched)"),
+        ("pending", f"{a.pending} handed out, not acknowledged"),
+        (
+            "oldest unacked",
+            "- (inbox empty)"
+            if a.oldest_unacked_seconds is None
+            else f"{human_age(a.oldest_unacked_seconds)}, entry {a.oldest_unacked_entry}",
+        ),
+        ("dead letters", str(a.dead_letters)),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join([a.agent, *(f"  {label.ljust(width)}  {value}" for label, value in rows)])
+
+
+def human_age(seconds: float | None) -> str:
+    """``75.0 s (1m 15s)``; seconds first, then a readable breakdown past a minute."""
+    if seconds is None:
+        return "-"
+    text = f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 60:
+        return text
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days}d"] if days else []
+    if hours or days:
+        parts.append(f"{hours}h")
+    parts += [f"{minutes}m", f"{secs}s"]
+    return f"{text} ({' '.join(parts)})"
