@@ -153,9 +153,13 @@ class Relay(Generic[Body]):
         fields = self.contract.to_fields(body)
         if not RESERVED_FIELDS.isdisjoint(fields):
             raise ValueError(f"contract fields clash with envelope fields: {RESERVED_FIELDS & set(fields)}")
-        appended = await self._guard(
-            self._inbox.append(sender, to, fields, sent_at_ms=now_ms(), sender_session=session)
-        )
+        try:  # = self._guard(...), inlined on the hot path
+            appended = await self._inbox.append(
+                sender, to, fields, sent_at_ms=now_ms(), sender_session=session
+            )
+        except RelayError as exc:
+            self.metrics.refused.labels(code=exc.code).inc()
+            raise
         self.metrics.count_sent(appended.tier)
         return Envelope(
             id=appended.envelope_id,
@@ -188,7 +192,11 @@ class Relay(Generic[Body]):
             if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
                 raise InvalidArgument("wait", "wait.range", "must be a non-negative number of seconds")
             wait = min(float(wait), self.max_wait)
-        stored = await self._guard(self._inbox.fetch(agent, limit, wait=wait, session=session))
+        try:  # = self._guard(...), inlined on the hot path
+            stored = await self._inbox.fetch(agent, limit, wait=wait, session=session)
+        except RelayError as exc:
+            self.metrics.refused.labels(code=exc.code).inc()
+            raise
         envelopes: list[Envelope[Body]] = []
         fresh: dict[Tier, int] = {}
         for entry in stored:
@@ -228,7 +236,11 @@ class Relay(Generic[Body]):
                     "pass ids exactly as fetch returned them",
                 )
         unique = list(dict.fromkeys(ids))
-        outcome = await self._guard(self._inbox.ack(agent, unique, session=session))
+        try:  # = self._guard(...), inlined on the hot path
+            outcome = await self._inbox.ack(agent, unique, session=session)
+        except RelayError as exc:
+            self.metrics.refused.labels(code=exc.code).inc()
+            raise
         if outcome.acknowledged:
             self.metrics.acknowledged.inc(len(outcome.acknowledged))
         return Acknowledged(outcome.acknowledged, outcome.unknown)

@@ -100,9 +100,9 @@ class RedisConnection:
             await self.blocking.aclose()
             await self.pipelined.aclose()
 
-    async def evalsha(self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    def evalsha(self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | int]) -> Awaitable[Any]:
         """Run ``script`` (auto-pipelined with the other script calls of this event-loop turn)."""
-        return await self.pipeline.evalsha(script, keys, args)
+        return self.pipeline.evalsha(script, keys, args)
 
     async def ping(self) -> bool:
         try:
@@ -224,7 +224,13 @@ class AutoPipeline:
 
     async def _roundtrip(self, commands: list[bytes]) -> list[Any]:
         pool = self._client.connection_pool
-        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            # Connecting reads (CLIENT SETINFO, health check) with this pool's socket timeout, None:
+            # unbounded, it would hang every call while Redis accepts but never answers (SIGSTOP).
+            async with asyncio.timeout(self._timeout):
+                connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        except TimeoutError:
+            raise self._timed_out() from None
         try:
             async with asyncio.timeout(self._timeout):
                 await connection.send_packed_command(b"".join(commands))

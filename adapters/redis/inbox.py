@@ -1,13 +1,14 @@
 """``RedisInboxStore``: one stream per agent with a consumer group; semantics of ``IInboxStore``.
 
-Send, fetch and acknowledge are each one Lua script call (one round trip, atomic). A blocking fetch
-first runs the fetch script; only when it finds nothing does it block on ``XREADGROUP ... BLOCK`` for
-new entries, so nothing that arrived in between is missed.
+Send, fetch and acknowledge are each one Lua script call (atomic; concurrent calls share round trips
+through ``RedisConnection.evalsha``'s auto-pipelining). A blocking fetch first runs the fetch script;
+only when it finds nothing does it block on ``XREADGROUP ... BLOCK`` for new entries, so nothing that
+arrived in between is missed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 
 from redis.exceptions import ResponseError
 
@@ -68,16 +69,14 @@ class RedisInboxStore:
             args.append(name)
             args.append(value)
 
-        async def run() -> list[str]:
-            reply: list[str] = await self.connection.evalsha(
-                self.connection.scripts.send,
-                keys=[keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender)],
-                args=args,
-            )
-            return reply
+        script_keys = [keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender)]
+        connection = self.connection
+
+        def run() -> Awaitable[list[str]]:
+            return connection.evalsha(connection.scripts.send, script_keys, args)
 
         try:
-            stream_id, tier = await self.connection.call(run, idempotent=False)
+            stream_id, tier = await connection.call(run, idempotent=False)
         except ResponseError as exc:
             raise _refusal(exc, sender, sender_session, to) from exc
         ms, seq = _position(stream_id)
@@ -88,16 +87,15 @@ class RedisInboxStore:
     ) -> list[StoredEnvelope]:
         keys = self.keys
 
-        async def run() -> list[list[object]]:
-            reply: list[list[object]] = await self.connection.evalsha(
-                self.connection.scripts.fetch,
-                keys=[keys.registration(agent), keys.inbox(agent)],
-                args=[session or "", GROUP, agent, limit],
-            )
-            return reply
+        script_keys = [keys.registration(agent), keys.inbox(agent)]
+        script_args: list[str | int] = [session or "", GROUP, agent, limit]
+        connection = self.connection
+
+        def run() -> Awaitable[list[list[object]]]:
+            return connection.evalsha(connection.scripts.fetch, script_keys, script_args)
 
         try:
-            rows = await self.connection.call(run, idempotent=True)
+            rows = await connection.call(run, idempotent=True)
         except ResponseError as exc:
             raise _refusal(exc, agent, session, agent) from exc
         if rows or not wait:
@@ -134,11 +132,11 @@ class RedisInboxStore:
             args.append(nonce)
         keys = self.keys
 
-        async def run() -> list[int]:
-            reply: list[int] = await self.connection.evalsha(
-                self.connection.scripts.ack, keys=[keys.registration(agent), keys.inbox(agent)], args=args
-            )
-            return reply
+        script_keys = [keys.registration(agent), keys.inbox(agent)]
+        connection = self.connection
+
+        def run() -> Awaitable[list[int]]:
+            return connection.evalsha(connection.scripts.ack, script_keys, args)
 
         try:
             flags = await self.connection.call(run, idempotent=True)

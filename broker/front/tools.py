@@ -177,7 +177,9 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
             body = contract.from_json(message.model_dump(exclude_none=True))
             sent = await relay.send(who.agent, to, body, session=who.session)
         except RelayError as exc:
-            log.info("send refused", extra={"from": who.agent, "to": to, "outcome": exc.code})
+            # `to` is unchecked input here: escaped and cut, so it cannot forge or flood log lines
+            shown = to[:64].encode("unicode_escape").decode("ascii")
+            log.info("send refused", extra={"from": who.agent, "to": shown, "outcome": exc.code})
             return tool_error(exc)
         if log.isEnabledFor(logging.INFO):
             log.info(
