@@ -66,6 +66,8 @@ class StoredEnvelope:
 class AckOutcome:
     acknowledged: tuple[str, ...] = ()
     unknown: tuple[str, ...] = field(default=())
+    origins: tuple[tuple[str, Tier], ...] = ()
+    """Sender and tier of each acknowledged envelope, in the order of ``acknowledged`` (for logs)."""
 
 
 class IRegistry(Protocol):

@@ -44,6 +44,8 @@ class Acknowledged:
 
     acknowledged: tuple[str, ...]
     unknown: tuple[str, ...]
+    origins: tuple[tuple[str, Tier], ...] = ()
+    """Sender and tier of each acknowledged envelope, in the order of ``acknowledged``."""
 
 
 class Relay(Generic[Body]):
@@ -243,7 +245,7 @@ class Relay(Generic[Body]):
             raise
         if outcome.acknowledged:
             self.metrics.acknowledged.inc(len(outcome.acknowledged))
-        return Acknowledged(outcome.acknowledged, outcome.unknown)
+        return Acknowledged(outcome.acknowledged, outcome.unknown, outcome.origins)
 
     # -- internals -------------------------------------------------------------------------------
 

@@ -103,10 +103,6 @@ def test_acknowledge_carries_envelope_recipient_and_outcome(
     assert (event.get("envelope"), event.get("to"), event.get("outcome")) == (envelope, "bob", "ok")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker/front/tools.py logs 'acknowledged' without from/tier (Relay.ack does not return them)",
-)
 def test_acknowledge_carries_sender_and_tier(session_log: tuple[list[dict[str, Any]], str, str]) -> None:
     lines, _, _ = session_log
     (event,) = _events(lines, "acknowledged")

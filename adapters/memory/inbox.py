@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
-from broker.envelope import widest
+from broker.envelope import Tier, widest
 from broker.errors import (
     InboxFull,
     RateLimited,
@@ -121,6 +121,7 @@ class MemoryInboxStore:
         self._caller(agent, session)
         inbox = self.state.inboxes.get(agent)
         acknowledged: list[str] = []
+        origins: list[tuple[str, Tier]] = []
         unknown: list[str] = []
         for envelope_id in ids:
             ms, seq, nonce = decode_envelope_id(envelope_id)
@@ -128,6 +129,7 @@ class MemoryInboxStore:
             if inbox is not None and entry is not None and entry.nonce == nonce and entry.deliveries > 0:
                 del inbox.entries[(ms, seq)]
                 acknowledged.append(envelope_id)
+                origins.append((entry.sender, entry.tier))
             else:
                 unknown.append(envelope_id)
-        return AckOutcome(tuple(acknowledged), tuple(unknown))
+        return AckOutcome(tuple(acknowledged), tuple(unknown), tuple(origins))

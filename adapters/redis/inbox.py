@@ -135,16 +135,23 @@ class RedisInboxStore:
         script_keys = [keys.registration(agent), keys.inbox(agent)]
         connection = self.connection
 
-        def run() -> Awaitable[list[int]]:
+        def run() -> Awaitable[list[int | list[str]]]:
             return connection.evalsha(connection.scripts.ack, script_keys, args)
 
         try:
-            flags = await self.connection.call(run, idempotent=True)
+            replies = await self.connection.call(run, idempotent=True)
         except ResponseError as exc:
             raise _refusal(exc, agent, session, agent) from exc
-        acknowledged = tuple(i for i, ok in zip(ids, flags, strict=True) if int(ok))
-        unknown = tuple(i for i, ok in zip(ids, flags, strict=True) if not int(ok))
-        return AckOutcome(acknowledged, unknown)
+        acknowledged: list[str] = []
+        origins: list[tuple[str, Tier]] = []
+        unknown: list[str] = []
+        for envelope_id, reply in zip(ids, replies, strict=True):
+            if isinstance(reply, list):
+                acknowledged.append(envelope_id)
+                origins.append((str(reply[0]), Tier.from_label(str(reply[1]))))
+            else:
+                unknown.append(envelope_id)
+        return AckOutcome(tuple(acknowledged), tuple(unknown), tuple(origins))
 
 
 def _refusal(exc: ResponseError, agent: str, session: str | None, to: str) -> RelayError:

@@ -243,8 +243,17 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
         except RelayError as exc:
             return tool_error(exc)
         if log.isEnabledFor(logging.INFO):
-            for envelope_id in done.acknowledged:
-                log.info("acknowledged", extra={"envelope": envelope_id, "to": who.agent, "outcome": "ok"})
+            for envelope_id, (sender, tier) in zip(done.acknowledged, done.origins, strict=False):
+                log.info(
+                    "acknowledged",
+                    extra={
+                        "envelope": envelope_id,
+                        "from": sender,
+                        "to": who.agent,
+                        "tier": tier.label,
+                        "outcome": "ok",
+                    },
+                )
         # = Acknowledgement(...).model_dump()
         return _ok_data({"acknowledged": list(done.acknowledged), "unknown": list(done.unknown)})
 

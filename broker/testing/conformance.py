@@ -135,6 +135,7 @@ class RelayConformance(ABC, Generic[Body]):
             await relay.fetch("bob", 16)
             first = await relay.ack("bob", [sent[0].id, sent[2].id])
             assert first.acknowledged == (sent[0].id, sent[2].id) and first.unknown == ()
+            assert first.origins == (("alice", Tier.HOST), ("alice", Tier.HOST))
             assert [e.id for e in await relay.fetch("bob", 16)] == [sent[1].id, sent[3].id]
             repeat = await relay.ack("bob", [sent[0].id, sent[1].id])
             assert repeat.acknowledged == (sent[1].id,)

@@ -4,7 +4,8 @@
 -- ARGV[3..] stream entry id, nonce pairs (decoded from envelope ids)
 -- An entry is acknowledged only if it exists, its nonce matches and it was delivered (XACK says 1);
 -- it is then deleted (XDEL), so acknowledged envelopes never accumulate.
--- Returns a list of 1 (acknowledged) or 0 (unknown) per pair. Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED.
+-- Returns per pair {from, tier} of the envelope when acknowledged, or 0 when unknown.
+-- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED.
 local registered = redis.call('HGET', KEYS[1], 'session')
 if not registered then
   return redis.error_reply('RELAY_UNREGISTERED')
@@ -16,21 +17,21 @@ local out = {}
 for i = 3, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
   local found = redis.call('XRANGE', KEYS[2], id, id)
-  local ok = 0
+  local result = 0
   if found[1] then
     local fields = found[1][2]
-    local matches = false
-    for j = #fields - 1, 1, -2 do
-      if fields[j] == 'nonce' then
-        matches = fields[j + 1] == nonce
-        break
+    local seen = {}
+    for j = 1, #fields - 1, 2 do
+      local name = fields[j]
+      if name == 'nonce' or name == 'from' or name == 'tier' then
+        seen[name] = fields[j + 1]
       end
     end
-    if matches and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
+    if seen.nonce == nonce and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
       redis.call('XDEL', KEYS[2], id)
-      ok = 1
+      result = {seen.from or '', seen.tier or 'network'}
     end
   end
-  out[#out + 1] = ok
+  out[#out + 1] = result
 end
 return out
