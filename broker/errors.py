@@ -148,7 +148,11 @@ class RateLimited(RelayError):
 
 
 class BackendUnavailable(RelayError):
-    """The store could not be reached or answered in time; nothing was half-written. Retry."""
+    """The store could not be reached or did not answer in time. Retry.
+
+    Every write is one atomic script, so nothing is ever half-written. When the store could not be
+    reached nothing was written; when it did not answer in time, the write may still have landed.
+    """
 
     code = "backend_unavailable"
     retryable = True

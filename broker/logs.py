@@ -39,7 +39,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
-        extras = [f"{k}={record.__dict__[k]}" for k in EVENT_FIELDS if k in record.__dict__]
+        extras = [f"{k}={_plain(record.__dict__[k])}" for k in EVENT_FIELDS if k in record.__dict__]
         return f"{base} {' '.join(extras)}" if extras else base
 
 
@@ -54,3 +54,12 @@ def configure(log_format: str, level: str) -> None:
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logging.getLogger("mcp").setLevel(logging.WARNING)
+
+
+def _plain(value: object) -> str:
+    """One token per field: values with spaces, quotes or control characters are quoted and escaped,
+    so a field that came from a client cannot forge another log line or field."""
+    text = str(value)
+    if text and text.isprintable() and not any(c in text for c in " \"'="):
+        return text
+    return json.dumps(text, ensure_ascii=True)

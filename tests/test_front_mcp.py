@@ -320,3 +320,13 @@ async def test_request_bodies_over_the_limit_get_413(redis_url: str) -> None:
                 },
             )
             assert (await http.post(front.url, json=big, headers=headers)).status_code == 413
+
+
+async def test_only_post_is_served_on_the_agent_endpoint(front: Front) -> None:
+    """Stateless mode offers no event stream to GET and no session to DELETE."""
+    headers = {**MCP_HEADERS, **front.headers("alice", "a-1")}
+    async with httpx2.AsyncClient(timeout=5) as http:
+        for method in ("GET", "DELETE", "PUT"):
+            response = await http.request(method, front.url, headers=headers)
+            assert response.status_code == 405 and response.headers["allow"] == "POST"
+            assert response.json()["error"]["message"].startswith("method not allowed")

@@ -131,3 +131,15 @@ def test_json_formatter_keeps_extra_fields_and_exceptions() -> None:
     except ValueError:
         record.exc_info = sys.exc_info()
     assert "ValueError: boom" in json.loads(JsonFormatter().format(record))["exc"]
+
+
+def test_text_log_fields_cannot_forge_lines() -> None:
+    import logging
+
+    from broker.logs import TextFormatter
+
+    record = logging.makeLogRecord(
+        {"msg": "send refused", "to": "x\n2026 INFO sent from=alice", "outcome": "ok"}
+    )
+    line = TextFormatter().format(record)
+    assert "\n" not in line and 'to="x\\n2026 INFO sent from=alice"' in line and "outcome=ok" in line

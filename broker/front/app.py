@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware, KeyRing
@@ -105,5 +107,42 @@ def create_app(
         return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     if endpoint is not None and keyring is not None:
-        app.router.routes.append(Route(MCP_PATH, endpoint=AgentAuthMiddleware(endpoint, keyring)))
+        app.router.routes.append(Route(MCP_PATH, endpoint=PostOnly(AgentAuthMiddleware(endpoint, keyring))))
     return app
+
+
+class PostOnly:
+    """Answer 405 to anything but POST on the MCP endpoint.
+
+    In stateless mode there is no server-to-client stream to GET and no session to DELETE; the SDK would
+    otherwise hold a GET open as an event stream that never ends, one task per request. MCP clients
+    treat 405 on GET as "no stream offered" (the specification allows it).
+    """
+
+    _BODY = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": "method not allowed: POST JSON-RPC requests to /mcp/agent"},
+        }
+    ).encode()
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") == "POST":
+            await self.app(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 405,
+                "headers": [
+                    (b"allow", b"POST"),
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(self._BODY)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": self._BODY})
