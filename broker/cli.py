@@ -31,7 +31,7 @@ from broker.front.auth import (
     write_key_file,
 )
 from broker.ids import check_agent_id, check_session_id
-from broker.settings import ENVIRONMENT, SettingsError, add_serve_arguments, serve_settings
+from broker.settings import ENVIRONMENT, SettingsError, add_serve_arguments, bounded_int, serve_settings
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -88,16 +88,6 @@ def _serve(args: argparse.Namespace) -> int:
 # --- relay keygen / agent-headers / mcp-config ------------------------------------------------------
 
 
-def _ttl(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
-    if not 1 <= value <= MAX_TTL_SECONDS:
-        raise argparse.ArgumentTypeError(f"{value} is outside 1..{MAX_TTL_SECONDS} seconds")
-    return value
-
-
 def _add_token_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-file",
@@ -110,7 +100,7 @@ def _add_token_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session", required=True, help="session id of that agent's conversation")
     parser.add_argument(
         "--ttl",
-        type=_ttl,
+        type=bounded_int(1, MAX_TTL_SECONDS, "seconds"),
         default=DEFAULT_TTL_SECONDS,
         metavar="SECONDS",
         help=f"token lifetime, 1..{MAX_TTL_SECONDS} (default {DEFAULT_TTL_SECONDS})",

@@ -18,7 +18,7 @@ from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms
 from broker.errors import InvalidArgument, RelayError
 from broker.ids import check_agent_id, is_envelope_id
-from broker.settings import SettingsError, add_redis_argument, redis_url_from
+from broker.settings import SettingsError, add_redis_argument, bounded_int, redis_url_from
 
 if TYPE_CHECKING:
     from adapters.redis.delivery import RedisDeliveryQueue
@@ -50,7 +50,11 @@ def register_commands(subparsers: argparse._SubParsersAction[P]) -> None:
     listing.add_argument("agent", metavar="AGENT", help="the agent id, e.g. builder")
     listing.add_argument("--json", action="store_true", help="print JSON (one object) instead of text")
     listing.add_argument(
-        "--limit", type=_limit, default=100, metavar="N", help=f"at most N, 1..{MAX_LIST} (default 100)"
+        "--limit",
+        type=bounded_int(1, MAX_LIST),
+        default=100,
+        metavar="N",
+        help=f"at most N, 1..{MAX_LIST} (default 100)",
     )
     _add_redis_options(listing)
     listing.set_defaults(handler=_list)
@@ -71,16 +75,6 @@ def register_commands(subparsers: argparse._SubParsersAction[P]) -> None:
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
     add_redis_argument(parser)
     parser.add_argument("--prefix", default="relay", help="the relay's Redis key prefix (default relay)")
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= MAX_LIST:
-        raise argparse.ArgumentTypeError(f"{value} is outside 1..{MAX_LIST}")
-    return value
 
 
 def _queue_call(args: argparse.Namespace, work: Callable[[RedisDeliveryQueue], Awaitable[T]]) -> T | None:

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from broker.ids import check_agent_id
-from broker.settings import SettingsError, add_redis_argument, redis_url_from
+from broker.settings import SettingsError, add_redis_argument, bounded_int, redis_url_from
 
 if TYPE_CHECKING:
     from adapters.redis.inspect import AgentInspection, Report
@@ -39,23 +39,13 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument(
         "--limit",
-        type=_limit,
+        type=bounded_int(1, MAX_LIMIT),
         default=DEFAULT_LIMIT,
         metavar="N",
         help=f"show at most N agents, by id (default {DEFAULT_LIMIT})",
     )
     add_redis_argument(parser)
     parser.set_defaults(handler=_inspect)
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"{value} is outside 1..{MAX_LIMIT}")
-    return value
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +84,24 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-bytes", type=int, help="largest /mcp/agent request body [RELAY_MAX_BODY_BYTES]"
     )
+
+
+def bounded_int(low: int, high: int, unit: str = "") -> Callable[[str], int]:
+    """An argparse ``type``: a whole number from ``low`` to ``high``, in ``unit`` (e.g. "seconds") if
+    given. A bad value is one usage line that names the range."""
+    of_unit = f" of {unit}" if unit else ""
+    in_unit = f" {unit}" if unit else ""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{of_unit}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}{in_unit}")
+        return value
+
+    return parse
 
 
 def add_redis_argument(parser: argparse.ArgumentParser) -> None:

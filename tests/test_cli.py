@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from broker.front.auth import load_key_file
 from broker.settings import ENVIRONMENT
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def relay(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "broker", *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.processes import run_relay
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
@@ -46,14 +29,14 @@ def assert_one_error_line(result: subprocess.CompletedProcess[str], *fragments: 
 @pytest.fixture
 def key_file(tmp_path: Path) -> Path:
     path = tmp_path / "relay.key"
-    result = relay("keygen", path)
+    result = run_relay("keygen", path)
     assert result.returncode == 0, result.stderr
     return path
 
 
 def test_keygen_writes_0600_and_refuses_overwrite(tmp_path: Path) -> None:
     path = tmp_path / "relay.key"
-    result = relay("keygen", path)
+    result = run_relay("keygen", path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert len(result.stdout.splitlines()) == 1
@@ -63,19 +46,19 @@ def test_keygen_writes_0600_and_refuses_overwrite(tmp_path: Path) -> None:
     first = load_key_file(path).signing_kid
     assert first in result.stdout
 
-    again = relay("keygen", path)
+    again = run_relay("keygen", path)
     assert_one_error_line(again, "already exists", "--force")
     assert again.returncode == 1
     assert load_key_file(path).signing_kid == first
 
-    forced = relay("keygen", path, "--force")
+    forced = run_relay("keygen", path, "--force")
     assert forced.returncode == 0, forced.stderr
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert load_key_file(path).signing_kid != first
 
 
 def test_agent_headers(key_file: Path) -> None:
-    result = relay("agent-headers", "--key-file", key_file, "--agent", "reviewer", "--session", "s-1")
+    result = run_relay("agent-headers", "--key-file", key_file, "--agent", "reviewer", "--session", "s-1")
     assert result.returncode == 0, result.stderr
     headers = json.loads(result.stdout)
     assert result.stdout.startswith('{\n  "')  # indent 2
@@ -90,7 +73,9 @@ def test_agent_headers(key_file: Path) -> None:
 
 
 def test_agent_headers_ttl(key_file: Path) -> None:
-    result = relay("agent-headers", "--key-file", key_file, "--agent", "a", "--session", "s", "--ttl", "120")
+    result = run_relay(
+        "agent-headers", "--key-file", key_file, "--agent", "a", "--session", "s", "--ttl", "120"
+    )
     assert result.returncode == 0, result.stderr
     token = json.loads(result.stdout)["Authorization"].split(" ")[1]
     identity = load_key_file(key_file).verify(token, "a", "s")
@@ -108,7 +93,7 @@ def test_agent_headers_ttl(key_file: Path) -> None:
     ],
 )
 def test_mcp_config(key_file: Path, url: str, expected: str) -> None:
-    result = relay(
+    result = run_relay(
         "mcp-config", "--key-file", key_file, "--agent", "reviewer", "--session", "s-1", "--url", url
     )
     assert result.returncode == 0, result.stderr
@@ -124,7 +109,7 @@ def test_mcp_config(key_file: Path, url: str, expected: str) -> None:
 
 
 def test_mcp_config_name(key_file: Path) -> None:
-    result = relay(
+    result = run_relay(
         "mcp-config", "--key-file", key_file, "--agent", "a", "--session", "s",
         "--url", "http://127.0.0.1:8080", "--name", "team-relay",
     )  # fmt: skip
@@ -143,14 +128,14 @@ def test_mcp_config_name(key_file: Path) -> None:
     ],
 )
 def test_mcp_config_refuses_bad_urls(key_file: Path, url: str, fragment: str) -> None:
-    result = relay("mcp-config", "--key-file", key_file, "--agent", "a", "--session", "s", "--url", url)
+    result = run_relay("mcp-config", "--key-file", key_file, "--agent", "a", "--session", "s", "--url", url)
     assert_one_error_line(result, fragment)
     assert result.returncode == 2
 
 
 def test_missing_key_file(tmp_path: Path) -> None:
     missing = tmp_path / "missing.key"
-    result = relay("agent-headers", "--key-file", missing, "--agent", "a", "--session", "s")
+    result = run_relay("agent-headers", "--key-file", missing, "--agent", "a", "--session", "s")
     assert_one_error_line(result, str(missing), "relay keygen")
     assert result.returncode == 1
 
@@ -159,7 +144,7 @@ def test_missing_key_file(tmp_path: Path) -> None:
 def test_loose_key_file_permissions(key_file: Path, command: str) -> None:
     key_file.chmod(0o644)
     extra = ["--url", "http://127.0.0.1:8080"] if command == "mcp-config" else []
-    result = relay(command, "--key-file", key_file, "--agent", "a", "--session", "s", *extra)
+    result = run_relay(command, "--key-file", key_file, "--agent", "a", "--session", "s", *extra)
     assert_one_error_line(result, f"chmod 600 {key_file}")
     assert result.returncode == 1
 
@@ -175,7 +160,7 @@ def test_loose_key_file_permissions(key_file: Path, command: str) -> None:
     ],
 )
 def test_bad_arguments(key_file: Path, args: list[str], fragment: str) -> None:
-    result = relay("agent-headers", "--key-file", key_file, *args)
+    result = run_relay("agent-headers", "--key-file", key_file, *args)
     assert_one_error_line(result, fragment)
     assert result.returncode == 2
 
@@ -184,18 +169,18 @@ def test_bad_key_file_contents(tmp_path: Path) -> None:
     path = tmp_path / "k"
     path.write_text("# nothing but a comment\n")
     path.chmod(0o600)
-    result = relay("agent-headers", "--key-file", path, "--agent", "a", "--session", "s")
+    result = run_relay("agent-headers", "--key-file", path, "--agent", "a", "--session", "s")
     assert_one_error_line(result, "no key")
 
 
 def test_serve_settings_error_is_one_line() -> None:
-    result = relay("serve", "--port", "70000")
+    result = run_relay("serve", "--port", "70000")
     assert_one_error_line(result, "--port")
     assert result.returncode == 2
 
 
 def test_no_command_is_a_usage_error() -> None:
-    result = relay()
+    result = run_relay()
     assert_one_error_line(result)
     assert result.returncode == 2
 
@@ -214,7 +199,7 @@ HELP = {
 
 @pytest.mark.parametrize("command", list(HELP), ids=lambda c: c or "relay")
 def test_help(command: str | None) -> None:
-    result = relay(*([command] if command else []), "--help")
+    result = run_relay(*([command] if command else []), "--help")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     for word in HELP[command]:

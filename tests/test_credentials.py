@@ -36,14 +36,9 @@ from adapters.redis.keys import GROUP, Keys
 from broker.front.app import create_app
 from broker.front.auth import KeyFileError, KeyRing, agent_headers, generate_key, load_key_file
 from tests.front_support import Front, running_front, serve_app
+from tests.processes import MCP_HEADERS, REGISTER, structured, tool_call_body, tool_result
 from tests.support import unique_prefix
 
-REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
-MCP = {
-    "accept": "application/json, text/event-stream",
-    "content-type": "application/json",
-    "mcp-protocol-version": "2025-11-25",
-}
 TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("RegisterAgentAddress", {"provider": "claudecode", "endpoint": "unix:/tmp/mallory.sock"}),
     ("SendAgentMessage", {"to": "alice", "message": {"kind": 1, "text": "forged"}}),
@@ -67,26 +62,15 @@ class World:
     async def post(
         self, headers: dict[str, str] | list[tuple[str, str]], name: str, arguments: dict[str, Any]
     ) -> httpx2.Response:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": name, "arguments": arguments},
-        }
+        body = json.dumps(tool_call_body(name, arguments))
         extra = list(headers.items()) if isinstance(headers, dict) else list(headers)
-        return await self.http.post(self.front.url, content=json.dumps(body), headers=[*MCP.items(), *extra])
+        return await self.http.post(self.front.url, content=body, headers=[*MCP_HEADERS.items(), *extra])
 
     async def ok(self, headers: dict[str, str], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        response = await self.post(headers, name, arguments)
-        assert response.status_code == 200, response.text
-        result = response.json()["result"]
-        assert not result.get("isError"), result
-        return dict(result["structuredContent"])
+        return structured(tool_result(await self.post(headers, name, arguments)))
 
     async def refused(self, headers: dict[str, str], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        response = await self.post(headers, name, arguments)
-        assert response.status_code == 200, response.text
-        result = response.json()["result"]
+        result = tool_result(await self.post(headers, name, arguments))
         assert result.get("isError"), result
         text = result["content"][0]["text"]
         try:
@@ -434,7 +418,9 @@ async def test_key_rotation_over_http(redis_url: str, tmp_path: Path) -> None:
             # what `relay serve` does after a restart with the edited key file
             async with serve_app(create_app(front.relay, keyring=ring)) as base:
                 for which, headers in (("old", old_token), ("new", new_token)):
-                    response = await http.post(f"{base}/mcp/agent", json=body, headers={**MCP, **headers})
+                    response = await http.post(
+                        f"{base}/mcp/agent", json=body, headers={**MCP_HEADERS, **headers}
+                    )
                     assert response.status_code == statuses[which], (stage, which, response.text)
                     if response.status_code == 401:
                         assert response.json()["error"]["data"]["cause"] == "unknown_key"

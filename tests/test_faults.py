@@ -10,13 +10,10 @@ Figures are printed (run with ``-s``); ``docs/reliability.md`` records them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -31,123 +28,13 @@ import redis.asyncio as aioredis
 from adapters.redis.server import EmbeddedRedis
 from broker.front.auth import agent_headers, load_key_file
 from broker.ids import ENVELOPE_ID_PATTERN
-from tests.front_support import Front, free_port, key_file, running_front
+from tests.front_support import Front, key_file, running_front
+from tests.processes import REGISTER, ok, serve_processes, tool_outcome
 
-ROOT = Path(__file__).resolve().parents[1]
-REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
-MCP = {
-    "accept": "application/json, text/event-stream",
-    "content-type": "application/json",
-    "mcp-protocol-version": "2025-11-25",
-}
 ENVELOPE_FIELDS = {"from", "tier", "sent_at", "kind", "text", "nonce"}
 
 
-# --- helpers shared with test_rate_limit.py and test_load.py ----------------------------------------
-
-
-class Worker:
-    """One ``relay serve`` process on a free loopback port (started and stopped by PID)."""
-
-    def __init__(self, log: Path, *args: str) -> None:
-        self.args = list(args)
-        self.log = log
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.base}/mcp/agent"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 30.0) -> Worker:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker", "serve", "--port", str(self.port), *self.args],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"relay serve exited: {self.log.read_text()}")
-            with contextlib.suppress(httpx2.HTTPError):
-                if httpx2.get(f"{self.base}/readyz", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.05)
-        raise AssertionError(f"relay serve did not become ready in {timeout} s: {self.log.read_text()}")
-
-    def kill(self) -> None:
-        """SIGKILL, no drain: in-flight requests are cut off."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-
-@contextlib.contextmanager
-def workers(tmp: Path, count: int, *args: str) -> Any:
-    started = [Worker(tmp / f"worker-{i}.log", *args) for i in range(count)]
-    try:
-        for worker in started:
-            worker.start()
-        yield started
-    finally:
-        for worker in started:
-            worker.stop()
-
-
-Outcome = tuple[str, dict[str, Any]]
-"""("ok", structured content) | ("error", the tool's error JSON) | ("unknown", {"exception": ...})."""
-
-
-async def tool(
-    http: httpx2.AsyncClient, url: str, headers: dict[str, str], name: str, arguments: dict[str, Any]
-) -> Outcome:
-    """One tools/call as a plain JSON-RPC POST. A transport failure is an unknown outcome."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-    try:
-        response = await http.post(url, content=json.dumps(body), headers={**MCP, **headers})
-    except httpx2.TransportError as exc:
-        return "unknown", {"exception": type(exc).__name__}
-    assert response.status_code == 200, (response.status_code, response.text[:500])
-    assert "Traceback" not in response.text
-    result = response.json()["result"]
-    if result.get("isError"):
-        return "error", dict(json.loads(result["content"][0]["text"])["error"])
-    return "ok", dict(result["structuredContent"])
-
-
-async def must(
-    http: httpx2.AsyncClient, url: str, headers: dict[str, str], name: str, arguments: dict[str, Any]
-) -> dict[str, Any]:
-    outcome, data = await tool(http, url, headers, name, arguments)
-    assert outcome == "ok", (name, outcome, data)
-    return data
+# --- helpers (test_load.py checks envelopes and stored entries with these too) -----------------------
 
 
 async def poll(condition: Callable[[], Awaitable[bool] | bool], seconds: float, what: str) -> float:
@@ -207,7 +94,9 @@ class Senders:
                 return
             text = f"from {agent} #{number}"
             message = {"to": "sink", "message": {"kind": 1, "text": text}}
-            outcome, data = await tool(self.http, self.url, self.headers[agent], "SendAgentMessage", message)
+            outcome, data = await tool_outcome(
+                self.http, self.url, self.headers[agent], "SendAgentMessage", message
+            )
             if outcome == "ok":
                 self.acked[text] = data["id"]
                 self.acked_at[text] = time.monotonic()
@@ -245,7 +134,7 @@ async def _redis_kill_run(tmp_path: Path, appendfsync: str) -> dict[str, Any]:
         ):
             headers = {agent: front.headers(agent, "1") for agent in [*agents, "sink"]}
             for agent in [*agents, "sink"]:
-                await must(http, front.url, headers[agent], "RegisterAgentAddress", REGISTER)
+                await ok(http, front.url, headers[agent], "RegisterAgentAddress", REGISTER)
             senders = Senders(http, front.url, headers)
             tasks = [asyncio.create_task(senders.run(agent)) for agent in agents]
             try:
@@ -340,8 +229,8 @@ async def test_a_frozen_redis_gives_retryable_errors_in_bounded_time_and_service
             httpx2.AsyncClient(timeout=httpx2.Timeout(30)) as http,
         ):
             alice = front.headers("alice", "a-1")
-            await must(http, front.url, alice, "RegisterAgentAddress", REGISTER)
-            kept = await must(
+            await ok(http, front.url, alice, "RegisterAgentAddress", REGISTER)
+            kept = await ok(
                 http,
                 front.url,
                 alice,
@@ -359,7 +248,7 @@ async def test_a_frozen_redis_gives_retryable_errors_in_bounded_time_and_service
             ]
             for name, arguments in calls:
                 started = time.monotonic()
-                outcome, error = await tool(http, front.url, alice, name, arguments)
+                outcome, error = await tool_outcome(http, front.url, alice, name, arguments)
                 timings[name] = round(time.monotonic() - started, 2)
                 assert outcome == "error", (name, outcome, error)
                 assert error["code"] == "backend_unavailable" and error["retryable"] is True, (name, error)
@@ -374,12 +263,12 @@ async def test_a_frozen_redis_gives_retryable_errors_in_bounded_time_and_service
             thawed = time.monotonic()
 
             async def serving() -> bool:
-                return (await tool(http, front.url, alice, "FetchAgentInbox", {}))[0] == "ok"
+                return (await tool_outcome(http, front.url, alice, "FetchAgentInbox", {}))[0] == "ok"
 
             await poll(serving, 30, "service to resume after SIGCONT")
             resumed = round(time.monotonic() - thawed, 2)
             assert (await http.get(f"{front.base}/readyz")).status_code == 200
-            inbox = await must(http, front.url, alice, "FetchAgentInbox", {"limit": 256})
+            inbox = await ok(http, front.url, alice, "FetchAgentInbox", {"limit": 256})
             texts = Counter(e["message"]["text"] for e in inbox["envelopes"])
             # The send that timed out was still in Redis's socket buffer: it may land once, never twice.
             late = texts["from alice #1"]
@@ -429,7 +318,9 @@ class Traffic:
             to = self.receivers[number % len(self.receivers)]
             index, url = self.url(0)
             message = {"to": to, "message": {"kind": 1, "text": text}}
-            outcome, data = await tool(self.http, url, self.headers[agent], "SendAgentMessage", message)
+            outcome, data = await tool_outcome(
+                self.http, url, self.headers[agent], "SendAgentMessage", message
+            )
             if outcome == "ok":
                 self.acked_sends[text] = data["id"]
                 self.sends_on[index] += 1
@@ -441,7 +332,9 @@ class Traffic:
     async def receive(self, agent: str) -> None:
         for _ in range(1_000_000):  # bounded; the test's wait_for bounds the time
             _, url = self.url(1 if agent.endswith("1") else 0)
-            outcome, data = await tool(self.http, url, self.headers[agent], "FetchAgentInbox", {"limit": 16})
+            outcome, data = await tool_outcome(
+                self.http, url, self.headers[agent], "FetchAgentInbox", {"limit": 16}
+            )
             if outcome != "ok":
                 self.refusals[data.get("code") or data["exception"]] += 1
                 await asyncio.sleep(0.01)
@@ -459,7 +352,7 @@ class Traffic:
                 self.fetched[envelope["id"]] = envelope["message"]["text"]
             ids = [e["id"] for e in envelopes]
             _, url = self.url(0)
-            outcome, done = await tool(
+            outcome, done = await tool_outcome(
                 self.http, url, self.headers[agent], "AcknowledgeAgentInbox", {"ids": ids}
             )
             if outcome == "ok":
@@ -479,13 +372,14 @@ async def test_a_worker_killed_mid_traffic_loses_and_repeats_nothing(tmp_path: P
     receivers = [f"receiver-{i}" for i in range(3)]
     store = aioredis.Redis.from_url(server.url, decode_responses=True)
     try:
-        with workers(tmp_path, 2, "--redis-url", server.url, "--agent-mcp-key-file", str(key)) as (a, b):
+        args = ["--redis-url", server.url, "--agent-mcp-key-file", str(key)]
+        with serve_processes(tmp_path, 2, *args) as (a, b):
             async with httpx2.AsyncClient(
                 timeout=httpx2.Timeout(30), limits=httpx2.Limits(max_connections=64)
             ) as http:
                 headers = {agent: agent_headers(keyring, agent, "1") for agent in [*senders, *receivers]}
                 for agent in headers:
-                    await must(http, a.url, headers[agent], "RegisterAgentAddress", REGISTER)
+                    await ok(http, a.url, headers[agent], "RegisterAgentAddress", REGISTER)
                 traffic = Traffic(http, [a.url, b.url], headers, receivers)
                 sending = [asyncio.create_task(traffic.send(agent)) for agent in senders]
                 receiving = [asyncio.create_task(traffic.receive(agent)) for agent in receivers]
@@ -513,7 +407,7 @@ async def test_a_worker_killed_mid_traffic_loses_and_repeats_nothing(tmp_path: P
                     await asyncio.wait_for(asyncio.gather(*sending, *receiving, return_exceptions=True), 60)
                 # one more fetch by every receiver after the drain: nothing acknowledged comes back
                 for agent in receivers:
-                    assert (await must(http, b.url, headers[agent], "FetchAgentInbox", {"limit": 256}))[
+                    assert (await ok(http, b.url, headers[agent], "FetchAgentInbox", {"limit": 256}))[
                         "envelopes"
                     ] == []
                 entries = await check_stored_entries(store, "relay:inbox:*")

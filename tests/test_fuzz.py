@@ -34,14 +34,9 @@ from broker.front.auth import KeyRing
 from broker.ids import AGENT_ID_PATTERN
 from broker.logs import TextFormatter
 from tests.front_support import Front, running_front
+from tests.processes import MCP_HEADERS, REGISTER
 from tests.support import unique_prefix
 
-REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
-MCP = {
-    "accept": "application/json, text/event-stream",
-    "content-type": "application/json",
-    "mcp-protocol-version": "2025-11-25",
-}
 CLEAN_STATUSES = frozenset({200, 202, 400, 401, 403, 404, 405, 406, 409, 413, 415, 421, 422, 429})
 TOOLS = ("RegisterAgentAddress", "SendAgentMessage", "FetchAgentInbox", "AcknowledgeAgentInbox")
 HOSTILE_IDS = [
@@ -107,7 +102,7 @@ class ThreadedFront:
         return self.front.keyring
 
     def headers(self, agent: str, session: str) -> dict[str, str]:
-        return {**MCP, **self.front.headers(agent, session)}
+        return {**MCP_HEADERS, **self.front.headers(agent, session)}
 
     def _run(self) -> None:
         try:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,25 +26,11 @@ from broker.cli_inspect import human_age
 from broker.front.app import create_app
 from broker.metrics import RelayMetrics
 from broker.relay import Relay
+from tests.processes import ServeProcess, run_relay, sample
 from tests.support import redis_relays, unique_prefix
-from tests.test_workers import Worker, sample
 
-ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys()
 OLD_SECONDS = 90
-
-
-def relay_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    return subprocess.run(
-        [sys.executable, "-m", "broker", *args],
-        cwd=ROOT,
-        env={**clean, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], code: int, *fragments: str) -> None:
@@ -91,7 +75,7 @@ async def server() -> AsyncIterator[EmbeddedRedis]:
 
 
 def test_inspect_json_reports_every_agent_from_redis(server: EmbeddedRedis) -> None:
-    result = relay_cli("inspect", "--json", env={"RELAY_REDIS_URL": server.url})
+    result = run_relay("inspect", "--json", env={"RELAY_REDIS_URL": server.url})
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["redis"] == server.url and report["agents_registered"] == 4
@@ -114,7 +98,7 @@ def test_inspect_json_reports_every_agent_from_redis(server: EmbeddedRedis) -> N
 
 
 def test_inspect_one_agent_prints_a_table(server: EmbeddedRedis) -> None:
-    result = relay_cli("inspect", "bob", "--redis-url", server.url)
+    result = run_relay("inspect", "bob", "--redis-url", server.url)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "bob"
@@ -124,25 +108,25 @@ def test_inspect_one_agent_prints_a_table(server: EmbeddedRedis) -> None:
     assert rows["pending"] == "1 handed out, not acknowledged"
     assert rows["dead"] == "letters 2"
     assert lines[-1].startswith(f"read from {server.url} at ")
-    olga = relay_cli("inspect", "olga", "--redis-url", server.url).stdout
+    olga = run_relay("inspect", "olga", "--redis-url", server.url).stdout
     assert "oldest unacked" in olga and "(1m " in olga and "s), entry " in olga
-    everyone = relay_cli("inspect", "--redis-url", server.url, "--limit", "2")
+    everyone = run_relay("inspect", "--redis-url", server.url, "--limit", "2")
     assert everyone.returncode == 0, everyone.stderr
     assert everyone.stdout.splitlines()[-1].endswith("showing the first 2 by id (--limit)")
     assert "\nalice\n" in f"\n{everyone.stdout}" and "\nolga\n" not in everyone.stdout
 
 
 def test_inspect_errors_are_one_line(server: EmbeddedRedis) -> None:
-    one_error_line(relay_cli("inspect"), 2, "--redis-url", "RELAY_REDIS_URL")
-    one_error_line(relay_cli("inspect", "Bad!", "--redis-url", server.url), 2, "AGENT")
-    one_error_line(relay_cli("inspect", "--redis-url", "http://x"), 2, "not a Redis URL")
-    one_error_line(relay_cli("inspect", "nobody", "--redis-url", server.url), 1, "'nobody' is not registered")
+    one_error_line(run_relay("inspect"), 2, "--redis-url", "RELAY_REDIS_URL")
+    one_error_line(run_relay("inspect", "Bad!", "--redis-url", server.url), 2, "AGENT")
+    one_error_line(run_relay("inspect", "--redis-url", "http://x"), 2, "not a Redis URL")
+    one_error_line(run_relay("inspect", "nobody", "--redis-url", server.url), 1, "'nobody' is not registered")
     url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
-    one_error_line(relay_cli("inspect", "--redis-url", url), 1, f"cannot read Redis at {url}")
+    one_error_line(run_relay("inspect", "--redis-url", url), 1, f"cannot read Redis at {url}")
 
 
 def test_relay_serve_exports_the_inbox_gauges(server: EmbeddedRedis, tmp_path: Path) -> None:
-    worker = Worker(["--redis-url", server.url], tmp_path / "serve.log").start()
+    worker = ServeProcess(["--redis-url", server.url], tmp_path / "serve.log").start()
     try:
         metrics = worker.metrics()
     finally:

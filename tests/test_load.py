@@ -25,7 +25,8 @@ import redis.asyncio as aioredis
 from adapters.redis.server import EmbeddedRedis
 from broker.front.auth import agent_headers, load_key_file
 from tests.front_support import key_file
-from tests.test_faults import REGISTER, check_envelope, check_stored_entries, must, tool, workers
+from tests.processes import REGISTER, ok, serve_processes, tool_outcome
+from tests.test_faults import check_envelope, check_stored_entries
 
 AGENTS = 50
 MESSAGES = 200
@@ -57,7 +58,7 @@ async def send_all(http: httpx2.AsyncClient, urls: list[str], agents: list[Agent
         text = f"from {me.name} #{number}"
         to = agents[recipient(me.index, number)].name
         started = time.monotonic()
-        outcome, data = await tool(
+        outcome, data = await tool_outcome(
             http, url, me.headers, "SendAgentMessage", {"to": to, "message": {"kind": 1, "text": text}}
         )
         me.send_latency.append(time.monotonic() - started)
@@ -72,7 +73,7 @@ async def receive_all(http: httpx2.AsyncClient, urls: list[str], me: Agent) -> N
     for _ in range(100_000):  # bounded; the caller's wait_for bounds the time
         if len(me.acknowledged) >= MESSAGES:
             return
-        outcome, data = await tool(
+        outcome, data = await tool_outcome(
             http, fetch_url, me.headers, "FetchAgentInbox", {"limit": 64, "wait_ms": 1000}
         )
         me.fetches += 1
@@ -87,7 +88,9 @@ async def receive_all(http: httpx2.AsyncClient, urls: list[str], me: Agent) -> N
             me.received[envelope["id"]] = envelope["message"]["text"]
             ids.append(envelope["id"])
         if ids:
-            outcome, done = await tool(http, ack_url, me.headers, "AcknowledgeAgentInbox", {"ids": ids})
+            outcome, done = await tool_outcome(
+                http, ack_url, me.headers, "AcknowledgeAgentInbox", {"ids": ids}
+            )
             me.acks += 1
             if outcome != "ok":
                 me.errors[done.get("code") or done["exception"]] += 1
@@ -116,7 +119,8 @@ async def test_fifty_agents_two_hundred_messages_each_through_two_workers(tmp_pa
     keyring = load_key_file(key)
     store = aioredis.Redis.from_url(server.url, decode_responses=True)
     try:
-        with workers(tmp_path, 2, "--redis-url", server.url, "--agent-mcp-key-file", str(key)) as pair:
+        args = ["--redis-url", server.url, "--agent-mcp-key-file", str(key)]
+        with serve_processes(tmp_path, 2, *args) as pair:
             urls = [w.url for w in pair]
             limits = httpx2.Limits(max_connections=4 * AGENTS, max_keepalive_connections=4 * AGENTS)
             async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), limits=limits) as http:
@@ -125,7 +129,7 @@ async def test_fifty_agents_two_hundred_messages_each_through_two_workers(tmp_pa
                     for i in range(AGENTS)
                 ]
                 for agent in agents:
-                    await must(http, urls[agent.index % 2], agent.headers, "RegisterAgentAddress", REGISTER)
+                    await ok(http, urls[agent.index % 2], agent.headers, "RegisterAgentAddress", REGISTER)
                 cpu_before = [cpu_seconds(w.pid) for w in pair], time.process_time()
                 started = time.monotonic()
                 receiving = [asyncio.create_task(receive_all(http, urls, a)) for a in agents]
@@ -142,7 +146,7 @@ async def test_fifty_agents_two_hundred_messages_each_through_two_workers(tmp_pa
                         task.cancel()
                     await asyncio.gather(*sending, *receiving, return_exceptions=True)
                 for agent in agents:
-                    left = await must(http, urls[0], agent.headers, "FetchAgentInbox", {"limit": 256})
+                    left = await ok(http, urls[0], agent.headers, "FetchAgentInbox", {"limit": 256})
                     assert left["envelopes"] == [], agent.name
             backlog = sum([await store.xlen(f"relay:inbox:{{{a.name}}}") for a in agents])
             entries = await check_stored_entries(store, "relay:inbox:*")

@@ -17,7 +17,7 @@ from adapters.redis.server import EmbeddedRedis
 from broker.front.auth import KeyRing, agent_headers, load_key_file
 from broker.logs import JsonFormatter
 from tests.front_support import key_file
-from tests.test_workers import REGISTER, Worker, call, ok
+from tests.processes import REGISTER, ServeProcess, call_tool, ok
 
 EVENT = ("envelope", "from", "to", "tier", "outcome")
 
@@ -33,7 +33,7 @@ async def session_log(
     server.start()
     try:
         key = key_file(tmp)
-        worker = Worker(
+        worker = ServeProcess(
             ["--redis-url", server.url, "--agent-mcp-key-file", str(key), "--log-format", "json"],
             tmp / "serve.log",
         ).start()
@@ -50,19 +50,19 @@ async def session_log(
         server.stop()
 
 
-async def _conversation(worker: Worker, keyring: KeyRing, text: str) -> str:
+async def _conversation(worker: ServeProcess, keyring: KeyRing, text: str) -> str:
     alice, bob = agent_headers(keyring, "alice", "alice-1"), agent_headers(keyring, "bob", "bob-1")
     async with httpx2.AsyncClient(timeout=30) as http:
-        await ok(http, worker.mcp, alice, "RegisterAgentAddress", REGISTER)
-        await ok(http, worker.mcp, bob, "RegisterAgentAddress", REGISTER)
+        await ok(http, worker.url, alice, "RegisterAgentAddress", REGISTER)
+        await ok(http, worker.url, bob, "RegisterAgentAddress", REGISTER)
         message = {"kind": 2, "text": text}
-        sent = await ok(http, worker.mcp, alice, "SendAgentMessage", {"to": "bob", "message": message})
-        got = (await ok(http, worker.mcp, bob, "FetchAgentInbox", {}))["envelopes"]
+        sent = await ok(http, worker.url, alice, "SendAgentMessage", {"to": "bob", "message": message})
+        got = (await ok(http, worker.url, bob, "FetchAgentInbox", {}))["envelopes"]
         assert [e["message"]["text"] for e in got] == [text]
-        await ok(http, worker.mcp, bob, "FetchAgentInbox", {})  # a re-fetch is not a delivery
-        await ok(http, worker.mcp, bob, "AcknowledgeAgentInbox", {"ids": [sent["id"]]})
-        refused = await call(
-            http, worker.mcp, alice, "SendAgentMessage", {"to": "nobody", "message": message}
+        await ok(http, worker.url, bob, "FetchAgentInbox", {})  # a re-fetch is not a delivery
+        await ok(http, worker.url, bob, "AcknowledgeAgentInbox", {"ids": [sent["id"]]})
+        refused = await call_tool(
+            http, worker.url, alice, "SendAgentMessage", {"to": "nobody", "message": message}
         )
         assert refused["isError"]
         return str(sent["id"])

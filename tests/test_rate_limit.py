@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from adapters.redis.server import EmbeddedRedis
 from broker.front.auth import agent_headers, load_key_file
 from tests.front_support import key_file
-from tests.test_faults import REGISTER, must, tool, workers
+from tests.processes import REGISTER, ok, serve_processes, tool_outcome
 
 RATE = 0.5  # sends per second: one token every 2 s
 BURST = 4
@@ -34,19 +34,22 @@ async def test_excess_sends_get_rate_limited_with_retry_after_and_nothing_is_dro
     keyring = load_key_file(key)
     alice, bob = agent_headers(keyring, "alice", "a-1"), agent_headers(keyring, "bob", "b-1")
     args = ["--redis-url", server.url, "--agent-mcp-key-file", str(key)]
+    args += ["--send-rate", str(RATE), "--send-burst", str(BURST)]
     try:
-        with workers(tmp_path, 2, *args, "--send-rate", str(RATE), "--send-burst", str(BURST)) as pair:
+        with serve_processes(tmp_path, 2, *args) as pair:
             urls = [w.url for w in pair]
             async with httpx2.AsyncClient(timeout=30) as http:
-                await must(http, urls[0], alice, "RegisterAgentAddress", REGISTER)
-                await must(http, urls[1], bob, "RegisterAgentAddress", REGISTER)
+                await ok(http, urls[0], alice, "RegisterAgentAddress", REGISTER)
+                await ok(http, urls[1], bob, "RegisterAgentAddress", REGISTER)
                 accepted: list[str] = []
                 refusals: list[dict[str, object]] = []
                 started = time.monotonic()
                 # alternate the two workers until the first refusal
                 for attempt in range(4 * BURST):
                     message = {"to": "bob", "message": {"kind": 1, "text": f"#{attempt}"}}
-                    outcome, data = await tool(http, urls[attempt % 2], alice, "SendAgentMessage", message)
+                    outcome, data = await tool_outcome(
+                        http, urls[attempt % 2], alice, "SendAgentMessage", message
+                    )
                     if outcome == "error":
                         refusals.append(data)
                         break
@@ -66,7 +69,7 @@ async def test_excess_sends_get_rate_limited_with_retry_after_and_nothing_is_dro
                 )
 
                 # another agent has its own bucket
-                await must(
+                await ok(
                     http,
                     urls[0],
                     bob,
@@ -79,7 +82,9 @@ async def test_excess_sends_get_rate_limited_with_retry_after_and_nothing_is_dro
                 for _ in range(10):
                     await asyncio.sleep(retry_after)
                     message = {"to": "bob", "message": {"kind": 1, "text": "after waiting"}}
-                    outcome, data = await tool(http, urls[retried % 2], alice, "SendAgentMessage", message)
+                    outcome, data = await tool_outcome(
+                        http, urls[retried % 2], alice, "SendAgentMessage", message
+                    )
                     retried += 1
                     if outcome == "ok":
                         accepted.append(data["id"])
@@ -90,7 +95,7 @@ async def test_excess_sends_get_rate_limited_with_retry_after_and_nothing_is_dro
                     raise AssertionError("a send that waited retry_after never got through")
 
                 # exactly the accepted sends are in bob's inbox: refused ones stored nothing
-                inbox = await must(http, urls[1], bob, "FetchAgentInbox", {"limit": 256})
+                inbox = await ok(http, urls[1], bob, "FetchAgentInbox", {"limit": 256})
                 assert [e["id"] for e in inbox["envelopes"]] == accepted
                 async with aioredis.Redis.from_url(server.url, decode_responses=True) as store:
                     bucket = await store.hgetall("relay:rate:{alice}")

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,92 +17,21 @@ import pytest
 from adapters.redis.server import EmbeddedRedis
 from broker.front.auth import agent_headers, load_key_file
 from tests.front_support import free_port, key_file, running_front
-
-ROOT = Path(__file__).resolve().parents[1]
-REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
-
-
-class Serve:
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.args = args
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, port: int, timeout: float = 30.0) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker", "serve", "--port", str(port), *self.args],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"relay serve exited: {self.log.read_text()}")
-            try:
-                if httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx2.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"relay serve did not become ready: {self.log.read_text()}")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-            raise
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
+from tests.processes import REGISTER, ServeProcess, call_tool_sync, ok_sync, run_relay
 
 
 @pytest.fixture
-def serve_factory(tmp_path: Path) -> Iterator[Any]:
-    started: list[Serve] = []
+def serve_factory(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
+    started: list[ServeProcess] = []
 
-    def make(*args: str) -> Serve:
-        serve = Serve(list(args), tmp_path / f"serve-{len(started)}.log")
+    def make(*args: str, port: int | None = None) -> ServeProcess:
+        serve = ServeProcess(args, tmp_path / f"serve-{len(started)}.log", port=port)
         started.append(serve)
         return serve
 
     yield make
     for serve in started:
         serve.kill()
-
-
-def _call(url: str, headers: dict[str, str], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """One tools/call over plain HTTP, the way any MCP client in the 2025-11-25 era posts it."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-    response = httpx2.post(
-        url,
-        json=body,
-        headers={
-            **headers,
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2025-11-25",
-        },
-        timeout=30,
-    )
-    assert response.status_code == 200, response.text
-    result = response.json()["result"]
-    assert not result.get("isError"), result
-    return dict(result["structuredContent"])
 
 
 def test_embedded_server_keeps_registrations_and_envelopes_across_restarts(
@@ -119,38 +45,37 @@ def test_embedded_server_keeps_registrations_and_envelopes_across_restarts(
     alice = agent_headers(keyring, "alice", "a-1")
     bob = agent_headers(keyring, "bob", "b-1")
 
-    first = serve_factory("--data-dir", str(data), "--agent-mcp-key-file", str(key))
-    first.start(port)
-    _call(url, alice, "RegisterAgentAddress", REGISTER)
-    _call(url, bob, "RegisterAgentAddress", REGISTER)
+    first = serve_factory("--data-dir", str(data), "--agent-mcp-key-file", str(key), port=port)
+    first.start()
+    ok_sync(url, alice, "RegisterAgentAddress", REGISTER)
+    ok_sync(url, bob, "RegisterAgentAddress", REGISTER)
     sent = [
-        _call(url, alice, "SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": f"note {i}"}})[
+        ok_sync(url, alice, "SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": f"note {i}"}})[
             "id"
         ]
         for i in range(3)
     ]
-    assert [e["id"] for e in _call(url, bob, "FetchAgentInbox", {"limit": 1})["envelopes"]] == sent[:1]
+    assert [e["id"] for e in ok_sync(url, bob, "FetchAgentInbox", {"limit": 1})["envelopes"]] == sent[:1]
     assert first.stop() == 0
     log = first.log.read_text()
     assert "embedded" in log and str(data.resolve()) in log
     with pytest.raises(httpx2.HTTPError):
         httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
 
-    second = serve_factory("--data-dir", str(data), "--agent-mcp-key-file", str(key))
-    second.start(port)
-    got = _call(url, bob, "FetchAgentInbox", {"limit": 16})["envelopes"]
+    second = serve_factory("--data-dir", str(data), "--agent-mcp-key-file", str(key), port=port)
+    second.start()
+    got = ok_sync(url, bob, "FetchAgentInbox", {"limit": 16})["envelopes"]
     assert [e["id"] for e in got] == sent
-    assert _call(url, bob, "AcknowledgeAgentInbox", {"ids": sent})["acknowledged"] == sent
+    assert ok_sync(url, bob, "AcknowledgeAgentInbox", {"ids": sent})["acknowledged"] == sent
     assert second.stop(signal.SIGINT) == 0
 
 
 def test_without_a_key_file_the_agent_endpoint_is_not_served(tmp_path: Path, serve_factory: Any) -> None:
-    port = free_port()
     serve = serve_factory("--data-dir", str(tmp_path / "data"))
-    serve.start(port)
-    assert httpx2.post(f"http://127.0.0.1:{port}/mcp/agent", json={}).status_code == 404
+    serve.start()
+    assert httpx2.post(serve.url, json={}).status_code == 404
     assert "/mcp/agent is not served" in serve.log.read_text()
-    assert "csf_relay_envelopes_sent_total" in httpx2.get(f"http://127.0.0.1:{port}/metrics").text
+    assert "csf_relay_envelopes_sent_total" in httpx2.get(f"{serve.base}/metrics").text
     assert serve.stop() == 0
 
 
@@ -162,24 +87,7 @@ def test_bad_key_files_are_refused_with_one_line(tmp_path: Path, problem: str) -
         key.chmod(0o600)
     elif problem == "loose":
         key_file(tmp_path).chmod(0o644)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "broker",
-            "serve",
-            "--port",
-            "0",
-            "--agent-mcp-key-file",
-            str(key),
-            "--data-dir",
-            str(tmp_path / "d"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_relay("serve", "--port", "0", "--agent-mcp-key-file", key, "--data-dir", tmp_path / "d")
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("relay: error:"), result.stderr
@@ -227,63 +135,21 @@ async def test_redis_outage_gives_retryable_errors_and_service_resumes(tmp_path:
 def test_serve_on_a_unix_socket(tmp_path: Path) -> None:
     sock = tmp_path / "relay.sock"
     key = key_file(tmp_path)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "broker",
-            "serve",
-            "--uds",
-            str(sock),
-            "--agent-mcp-key-file",
-            str(key),
-            "--data-dir",
-            str(tmp_path / "data"),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    serve = ServeProcess(
+        ["--agent-mcp-key-file", str(key), "--data-dir", str(tmp_path / "data")],
+        tmp_path / "serve.log",
+        uds=sock,
     )
     try:
-        transport = httpx2.HTTPTransport(uds=str(sock))
-        with httpx2.Client(transport=transport, base_url="http://localhost") as http:
-            deadline = time.monotonic() + 30
-            ready = False
-            while time.monotonic() < deadline and proc.poll() is None:
-                try:
-                    ready = http.get("/readyz", timeout=1).status_code == 200
-                except httpx2.HTTPError:
-                    ready = False
-                if ready:
-                    break
-                time.sleep(0.05)
-            assert ready
+        serve.start()
+        with serve.client() as http:
             headers = agent_headers(load_key_file(key), "alice", "a-1")
-            body = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {
-                    "name": "RegisterAgentAddress",
-                    "arguments": {"provider": "claudecode", "endpoint": f"unix:{sock}"},
-                },
-            }
-            response = http.post(
-                "/mcp/agent",
-                json=body,
-                headers={
-                    **headers,
-                    "accept": "application/json, text/event-stream",
-                    "mcp-protocol-version": "2025-11-25",
-                },
-            )
-            assert response.json()["result"]["structuredContent"]["endpoint"] == f"unix:{sock}"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+            arguments = {"provider": "claudecode", "endpoint": f"unix:{sock}"}
+            result = call_tool_sync("/mcp/agent", headers, "RegisterAgentAddress", arguments, http=http)
+            assert result["structuredContent"]["endpoint"] == f"unix:{sock}"
+        assert serve.stop() == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+        serve.kill()
 
 
 def test_a_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
@@ -293,13 +159,7 @@ def test_a_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "broker", "serve", "--port", str(port), "--data-dir", str(tmp_path / "d")],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_relay("serve", "--port", str(port), "--data-dir", tmp_path / "d")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("relay: error: cannot listen on 127.0.0.1:")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -51,10 +51,7 @@ class MemoryDeliveryQueue:
 
     async def close(self) -> None:
         self._closed = True
-        for inbox in self.state.inboxes.values():
-            if inbox.arrived is not None:
-                async with inbox.arrived:
-                    inbox.arrived.notify_all()
+        await self.state.wake_all()
 
     def _inbox_of(self, agent: str) -> MemoryInbox:
         if agent not in self.state.registrations:
@@ -228,9 +225,7 @@ class MemoryDeliveryQueue:
             inbox.entries[position] = entry
             self._shared.requeued_from[(agent, position)] = letter.envelope_id
             new_ids.append(encode_envelope_id(*position, entry.nonce))
-        if inbox.arrived is not None:
-            async with inbox.arrived:
-                inbox.arrived.notify_all()
+        await inbox.wake()
         return new_ids
 
     def requeued_from(self, agent: str, envelope_id: str) -> str | None:

@@ -30,10 +30,7 @@ class MemoryInboxStore:
 
     async def close(self) -> None:
         self._closed = True
-        for inbox in self.state.inboxes.values():
-            if inbox.arrived is not None:
-                async with inbox.arrived:
-                    inbox.arrived.notify_all()
+        await self.state.wake_all()
 
     async def ping(self) -> bool:
         return not self._closed
@@ -70,9 +67,7 @@ class MemoryInboxStore:
         tier = widest(origin.tier, target.tier)
         entry = MemoryEntry(position, new_nonce(), sender, tier, sent_at_ms, dict(fields))
         inbox.entries[position] = entry
-        if inbox.arrived is not None:
-            async with inbox.arrived:
-                inbox.arrived.notify_all()
+        await inbox.wake()
         return Appended(encode_envelope_id(*position, entry.nonce), tier, sent_at_ms)
 
     def _take_token(self, sender: str) -> None:

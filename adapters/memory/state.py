@@ -38,6 +38,12 @@ class MemoryInbox:
     def unacknowledged(self) -> int:
         return len(self.entries)
 
+    async def wake(self) -> None:
+        """Wake every waiter on this inbox, to look again."""
+        if self.arrived is not None:
+            async with self.arrived:
+                self.arrived.notify_all()
+
 
 @dataclass(slots=True)
 class MemoryState:
@@ -48,3 +54,8 @@ class MemoryState:
     send_burst: int = 0
     buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Per-sender token bucket: (tokens, monotonic time of the last refill)."""
+
+    async def wake_all(self) -> None:
+        """Wake the waiters on every inbox (a store or queue closing: they stop waiting)."""
+        for inbox in self.inboxes.values():
+            await inbox.wake()
