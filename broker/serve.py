@@ -71,7 +71,7 @@ def run(settings: ServeSettings) -> int:
 
 async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
     from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
-    from adapters.redis.inspect import InboxGauges
+    from adapters.redis.gauges import InboxGauges
     from broker.agent_message import AgentMessageContract
     from broker.front.app import create_app
     from broker.front.auth import KeyRing

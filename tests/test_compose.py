@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from adapters.redis.inspect import InboxGauges
+from adapters.redis.gauges import InboxGauges
 from adapters.redis.keys import Keys
 from broker.cli import build_parser
 from broker.metrics import RelayMetrics

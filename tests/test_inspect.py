@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
 from adapters.providers import ClaudeCodeAddress, WorkbenchAddress
-from adapters.redis.inspect import InboxGauges, Inspector
+from adapters.redis.gauges import InboxGauges
+from adapters.redis.inspect import Inspector
 from adapters.redis.keys import Keys
 from adapters.redis.server import EmbeddedRedis
 from broker import front
