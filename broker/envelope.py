@@ -6,7 +6,7 @@ import enum
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final, Generic, TypeVar
 
 Body = TypeVar("Body")
@@ -63,8 +63,16 @@ def from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS: Final = timedelta(milliseconds=1)
+
+
 def to_ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+    """Milliseconds since the epoch, exactly (``timestamp() * 1000`` loses one now and then to float
+    rounding: 2026-11-29T13:37:32.345Z would come back as ...344)."""
+    if moment.tzinfo is None:  # naive: local time, as ``datetime.timestamp`` reads it
+        return int(moment.timestamp() * 1000)
+    return (moment - _EPOCH) // _ONE_MS
 
 
 _LAST_SECOND: list[tuple[int, str]] = [(-1, "")]
@@ -93,6 +101,22 @@ def format_time(moment: datetime) -> str:
 
 
 _CANONICAL: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z", re.ASCII)
+
+
+_LAST_PARSED: list[tuple[str, int]] = [("-", 0)]
+
+
+def parse_ms(text: str) -> int:
+    """``to_ms(parse_time(text))``, with the text up to the second cached (entries read together were
+    mostly sent in the same second)."""
+    prefix, second_ms = _LAST_PARSED[0]
+    millis = text[20:23]
+    if len(text) == 24 and text[:20] == prefix and text[23] == "Z" and millis.isascii() and millis.isdigit():
+        return second_ms + int(millis)
+    ms = to_ms(parse_time(text))
+    if _CANONICAL.fullmatch(text) is not None:
+        _LAST_PARSED[0] = (text[:20], ms - int(millis))
+    return ms
 
 
 def parse_time(text: str) -> datetime:

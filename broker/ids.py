@@ -13,8 +13,9 @@ acknowledge an envelope it was never given.
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
+from collections import deque
 from typing import Final
 
 from broker.errors import InvalidArgument
@@ -44,8 +45,18 @@ _PAIRS: Final = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
 _PAIR_VALUES: Final = {pair: i for i, pair in enumerate(_PAIRS)}
 
 
+# Ids already checked: every call checks the same few agents and sessions again, and a set lookup is
+# several times cheaper than the regex. Only exact ``str`` values that passed the regex are added; the
+# sets are emptied when full, so they stay bounded.
+_KNOWN_AGENT_IDS: Final[set[str]] = set()
+_KNOWN_SESSION_IDS: Final[set[str]] = set()
+_MAX_KNOWN_IDS: Final = 4096
+
+
 def check_agent_id(value: object, field: str = "agent") -> str:
     """Return ``value`` if it is a valid agent id, else raise ``InvalidArgument`` naming ``field``."""
+    if type(value) is str and value in _KNOWN_AGENT_IDS:
+        return value
     if not isinstance(value, str) or _AGENT_RE.fullmatch(value) is None:
         raise InvalidArgument(
             field,
@@ -53,11 +64,17 @@ def check_agent_id(value: object, field: str = "agent") -> str:
             f"{_show(value)} is not a valid agent id: use 1-64 lowercase letters, digits, '.', '_' "
             "or '-', starting with a letter or digit",
         )
+    if type(value) is str:
+        if len(_KNOWN_AGENT_IDS) >= _MAX_KNOWN_IDS:
+            _KNOWN_AGENT_IDS.clear()
+        _KNOWN_AGENT_IDS.add(value)
     return value
 
 
 def check_session_id(value: object, field: str = "session") -> str:
     """Return ``value`` if it is a valid session id, else raise ``InvalidArgument`` naming ``field``."""
+    if type(value) is str and value in _KNOWN_SESSION_IDS:
+        return value
     if not isinstance(value, str) or _SESSION_RE.fullmatch(value) is None:
         raise InvalidArgument(
             field,
@@ -65,6 +82,10 @@ def check_session_id(value: object, field: str = "session") -> str:
             f"{_show(value)} is not a valid session id: use 1-128 ASCII letters, digits, '.', '_' "
             "or '-', starting with a letter or digit",
         )
+    if type(value) is str:
+        if len(_KNOWN_SESSION_IDS) >= _MAX_KNOWN_IDS:
+            _KNOWN_SESSION_IDS.clear()
+        _KNOWN_SESSION_IDS.add(value)
     return value
 
 
@@ -72,9 +93,29 @@ def is_envelope_id(value: object) -> bool:
     return isinstance(value, str) and _ENVELOPE_RE.fullmatch(value) is not None
 
 
+# Nonces are 50-bit values cut from the OS's CSPRNG (``os.urandom``, what ``secrets`` uses) 64 at a
+# time: one system call per 64 sends instead of one per send. ``deque.popleft`` is atomic, so threads
+# never share a value; a forked child drops the parent's unused values.
+_NONCE_POOL: Final[deque[int]] = deque()
+_NONCE_BATCH: Final = 64
+
+
+def _refill_nonces() -> None:
+    words = memoryview(os.urandom(8 * _NONCE_BATCH)).cast("Q")
+    _NONCE_POOL.extend(word >> (64 - 5 * NONCE_CHARS) for word in words)
+
+
+os.register_at_fork(after_in_child=_NONCE_POOL.clear)
+
+
 def new_nonce() -> str:
     """``NONCE_CHARS`` random Crockford base32 characters (50 bits from the OS's CSPRNG)."""
-    v = secrets.randbits(5 * NONCE_CHARS)
+    while True:
+        try:
+            v = _NONCE_POOL.popleft()
+            break
+        except IndexError:
+            _refill_nonces()
     p = _PAIRS
     return p[v >> 40] + p[(v >> 30) & 1023] + p[(v >> 20) & 1023] + p[(v >> 10) & 1023] + p[v & 1023]
 

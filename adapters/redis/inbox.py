@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Mapping, Sequence
 
 from redis.exceptions import ResponseError
 
-from adapters.redis.connection import RedisConnection
+from adapters.redis.connection import RedisConnection, RedisSettings, bulk, pack_args
 from adapters.redis.keys import GROUP
-from broker.envelope import Tier, format_ms, parse_time
+from broker.envelope import Tier, format_ms, parse_ms
 from broker.errors import (
     BackendUnavailable,
     InboxFull,
@@ -27,13 +27,34 @@ from broker.errors import (
 from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
 from broker.ports import AckOutcome, Appended, StoredEnvelope
 
-_HEADER = frozenset({"from", "tier", "sent_at", "nonce"})
+_TIERS = {tier.label: tier for tier in Tier}
+_MAX_ROUTES = 4096
 
 
 class RedisInboxStore:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
         self.keys = connection.keys
+        # The send script's arguments, pre-encoded: numkeys and the four keys per (sender, recipient),
+        # and the settings' four values (they sit between the per-send values and the fields).
+        self._routes: dict[tuple[str, str], bytes] = {}
+        self._limits: tuple[RedisSettings, bytes] | None = None
+
+    def _route(self, sender: str, to: str) -> bytes:
+        keys = self.keys
+        names = (keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender))
+        packed = pack_args((len(names), *names))
+        if len(self._routes) >= _MAX_ROUTES:
+            self._routes.clear()
+        self._routes[sender, to] = packed
+        return packed
+
+    def _send_limits(self) -> bytes:
+        settings = self.connection.settings
+        if self._limits is None or self._limits[0] is not settings:
+            values = (settings.inbox_cap, GROUP, repr(float(settings.send_rate)), settings.send_burst)
+            self._limits = (settings, pack_args(values))
+        return self._limits[1]
 
     async def open(self) -> None:
         await self.connection.open()
@@ -54,33 +75,32 @@ class RedisInboxStore:
         sender_session: str | None = None,
     ) -> Appended:
         nonce = new_nonce()
-        keys = self.keys
-        args: list[str | int] = [
-            sender,
-            sender_session or "",
-            format_ms(sent_at_ms),
-            nonce,
-            self.connection.settings.inbox_cap,
-            GROUP,
-            repr(float(self.connection.settings.send_rate)),
-            self.connection.settings.send_burst,
+        # = evalsha(send, [reg(sender), reg(to), inbox(to), rate(sender)], [sender, session, sent_at,
+        #   nonce, cap, group, rate, burst, *fields]), encoded in parts (see docs/performance.md)
+        parts = [
+            self._routes.get((sender, to)) or self._route(sender, to),
+            bulk(sender),
+            bulk(sender_session or ""),
+            bulk(format_ms(sent_at_ms)),
+            bulk(nonce),
+            self._send_limits(),
         ]
         for name, value in fields.items():
-            args.append(name)
-            args.append(value)
-
-        script_keys = [keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender)]
+            parts.append(bulk(name))
+            parts.append(bulk(value))
+        packed = b"".join(parts)
+        count = 13 + 2 * len(fields)
         connection = self.connection
 
         def run() -> Awaitable[list[str]]:
-            return connection.evalsha(connection.scripts.send, script_keys, args)
+            return connection.evalsha_packed(connection.scripts.send, count, packed)
 
         try:
             stream_id, tier = await connection.call(run, idempotent=False)
         except ResponseError as exc:
             raise _refusal(exc, sender, sender_session, to) from exc
         ms, seq = _position(stream_id)
-        return Appended(encode_envelope_id(ms, seq, nonce), Tier.from_label(tier), sent_at_ms)
+        return Appended(encode_envelope_id(ms, seq, nonce), _TIERS[tier], sent_at_ms)
 
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
@@ -195,16 +215,24 @@ def _streams(reply: object) -> list[tuple[str, list[tuple[str, object]]]]:
 
 def _stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
     entry_id, values, deliveries, first = row
-    fields = _pairs(values)
+    if type(values) is list:
+        # a flat [name, value, ...] list of strings (the connections decode replies): = _pairs(values)
+        pairs = iter(values)
+        fields = dict(zip(pairs, pairs, strict=False))
+    else:
+        fields = _pairs(values)
     ms, seq = _position(str(entry_id))
-    header = {k: fields.pop(k, "") for k in _HEADER}
+    sender = fields.pop("from", "")
+    tier = fields.pop("tier", "")
+    sent_at = fields.pop("sent_at", "")
+    nonce = fields.pop("nonce", "")
     fields.pop("requeued_from", None)  # set on dead letters brought back; not part of the body
     return StoredEnvelope(
-        envelope_id=encode_envelope_id(ms, seq, header["nonce"]),
-        sender=header["from"],
+        envelope_id=encode_envelope_id(ms, seq, nonce),
+        sender=sender,
         to=agent,
-        tier=Tier.from_label(header["tier"]),
-        sent_at_ms=int(parse_time(header["sent_at"]).timestamp() * 1000),
+        tier=_TIERS.get(tier) or Tier.from_label(tier),
+        sent_at_ms=parse_ms(sent_at),
         fields=fields,
         deliveries=int(str(deliveries)),
         first_delivery=bool(int(str(first))),

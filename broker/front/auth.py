@@ -51,6 +51,10 @@ MAX_TOKEN_CHARS: Final = 4096
 MAX_TTL_SECONDS: Final = 31_536_000
 DEFAULT_TTL_SECONDS: Final = 86_400
 CLOCK_SKEW_SECONDS: Final = 60
+VERIFIED_CACHE_SIZE: Final = 1024
+"""Verified (token, agent, session) tuples a key ring remembers; the oldest goes first."""
+MAX_CACHED_TOKEN_CHARS: Final = 1024
+"""Longer tokens verify every time (a relay-minted token is about 200 characters)."""
 MAX_KEY_FILE_BYTES: Final = 64 * 1024
 
 AGENT_HEADER: Final = "X-CSF-Agent-ID"
@@ -148,7 +152,7 @@ def generate_key() -> str:
 class KeyRing:
     """Signing keys: the first signs, every one verifies."""
 
-    __slots__ = ("_keys", "_signing")
+    __slots__ = ("_keys", "_signing", "_verified")
 
     def __init__(self, keys: Sequence[bytes]) -> None:
         if not keys:
@@ -163,6 +167,10 @@ class KeyRing:
             by_id[kid] = bytes(key)
         self._keys = by_id
         self._signing = key_id(keys[0])
+        # (token, agent header, session header) -> (identity, iat) of tuples that verified: an agent
+        # sends the same three headers on every call. Only successes are kept, the time checks run
+        # again on every hit, and the oldest entry goes when it is full (see verify).
+        self._verified: dict[tuple[str, str, str], tuple[AgentIdentity, int]] = {}
 
     @property
     def signing_kid(self) -> str:
@@ -213,6 +221,17 @@ class KeyRing:
         now: float | None = None,
     ) -> AgentIdentity:
         """The identity ``token`` proves for these headers, or ``AuthError`` naming the first failure."""
+        if type(token) is str and type(agent_header) is str and type(session_header) is str:
+            hit = self._verified.get((token, agent_header, session_header))
+            if hit is not None:  # signature, claims and headers verified before: only the time again
+                identity, issued = hit
+                current = int(time.time() if now is None else now)
+                if current >= identity.expires_at:
+                    self._verified.pop((token, agent_header, session_header), None)
+                    raise AuthError("expired")
+                if issued > current + CLOCK_SKEW_SECONDS:
+                    raise AuthError("not_yet_valid")
+                return identity
         if not token:
             raise AuthError("missing_authorization")
         if not agent_header:
@@ -256,7 +275,12 @@ class KeyRing:
             raise AuthError("agent_mismatch")
         if session_header != session:
             raise AuthError("session_mismatch")
-        return AgentIdentity(agent, session, exp)
+        identity = AgentIdentity(agent, session, exp)
+        if len(token) <= MAX_CACHED_TOKEN_CHARS:
+            if len(self._verified) >= VERIFIED_CACHE_SIZE:
+                self._verified.pop(next(iter(self._verified)), None)
+            self._verified[token, agent, session] = (identity, iat)
+        return identity
 
 
 def _check_claims(claims: dict[str, object]) -> tuple[str, str, int, int]:

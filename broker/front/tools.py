@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.providers import host_providers
 from broker.agent_message import AgentMessage
 from broker.contract import Contract
-from broker.envelope import Envelope, format_time
+from broker.envelope import Envelope, format_ms, format_time, to_ms
 from broker.errors import RelayError
 from broker.front.auth import AgentIdentity
 from broker.front.errors import tool_error
@@ -97,8 +98,17 @@ class Acknowledgement(BaseModel):
 
 
 def _identity(ctx: Context[Any, Any]) -> AgentIdentity:
-    request = ctx.request_context.request
-    identity = getattr(getattr(request, "state", None), "agent", None)
+    # = ctx.request_context.request.state.agent, without its slow parts: the property reads a pydantic
+    # private attribute twice through BaseModel.__getattr__, and request.state builds a State object.
+    private = getattr(ctx, "__pydantic_private__", None)
+    context = private.get("_request_context") if isinstance(private, dict) else None
+    request = (context if context is not None else ctx.request_context).request
+    scope = getattr(request, "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    if isinstance(state, dict):
+        identity = state.get("agent")
+    else:
+        identity = getattr(getattr(request, "state", None), "agent", None)
     if not isinstance(identity, AgentIdentity):
         raise ToolError("unauthenticated: this endpoint needs the three relay headers")
     return identity
@@ -112,9 +122,20 @@ def _ok_data(data: dict[str, Any]) -> CallToolResult:
     """A success result from plain JSON data (exactly what the matching model would dump: the hot tools
     build it directly instead of through a model, which the SDK validates against anyway)."""
     return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(data, ensure_ascii=False))],
+        content=[TextContent(type="text", text=_JSON.encode(data))],
         structured_content=data,
     )
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False)
+"""= ``json.dumps(data, ensure_ascii=False)``; one encoder instead of a new one per call."""
+
+
+def _sent_at(moment: datetime) -> str:
+    """= ``format_time(moment)`` for the UTC, millisecond times envelopes carry (cached per second)."""
+    if moment.tzinfo is UTC and moment.year >= 1970:
+        return format_ms(to_ms(moment))
+    return format_time(moment)
 
 
 def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServer:
@@ -174,7 +195,7 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
     ) -> Annotated[CallToolResult, Sent]:
         who = _identity(ctx)
         try:
-            body = contract.from_json(message.model_dump(exclude_none=True))
+            body = contract.from_json(_message_data(message))
             sent = await relay.send(who.agent, to, body, session=who.session)
         except RelayError as exc:
             # `to` is unchecked input here: escaped and cut, so it cannot forge or flood log lines
@@ -194,7 +215,7 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
             )
         # = Sent(...).model_dump(): id, to, tier, sent_at
         return _ok_data(
-            {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_time(sent.sent_at)}
+            {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": _sent_at(sent.sent_at)}
         )
 
     @server.tool(
@@ -260,6 +281,16 @@ def build_mcp_server(relay: Relay[AgentMessage], *, max_wait: float) -> MCPServe
     return server
 
 
+def _message_data(message: MessageIn) -> dict[str, Any]:
+    """= ``message.model_dump(exclude_none=True)`` (MessageIn has only these four plain fields)."""
+    data: dict[str, Any] = {"kind": message.kind, "text": message.text}
+    if message.in_reply_to is not None:
+        data["in_reply_to"] = message.in_reply_to
+    if message.reference is not None:
+        data["reference"] = message.reference
+    return data
+
+
 def _inbox_envelope(contract: Contract[AgentMessage], envelope: Envelope[AgentMessage]) -> dict[str, Any]:
     """= ``InboxEnvelope(...).model_dump(mode="json", by_alias=True, exclude_none=True)``: ``to_json``
     gives ``kind``, ``text`` and only the optional fields that are set, like ``MessageOut`` without
@@ -269,6 +300,6 @@ def _inbox_envelope(contract: Contract[AgentMessage], envelope: Envelope[AgentMe
         "from": envelope.sender,
         "tier": envelope.tier.label,
         "message": contract.to_json(envelope.message),
-        "sent_at": format_time(envelope.sent_at),
+        "sent_at": _sent_at(envelope.sent_at),
         "deliveries": envelope.deliveries,
     }

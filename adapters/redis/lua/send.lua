@@ -49,9 +49,10 @@ for i = 9, #ARGV do
 end
 entry[#entry + 1] = 'nonce'
 entry[#entry + 1] = ARGV[4]
-if redis.call('EXISTS', KEYS[3]) == 0 then
+local id = redis.call('XADD', KEYS[3], 'NOMKSTREAM', '*', unpack(entry))
+if not id then
   -- the recipient is registered but its stream was removed by hand: recreate it with its group
   redis.call('XGROUP', 'CREATE', KEYS[3], ARGV[6], '0', 'MKSTREAM')
+  id = redis.call('XADD', KEYS[3], '*', unpack(entry))
 end
-local id = redis.call('XADD', KEYS[3], '*', unpack(entry))
 return {id, tier}
