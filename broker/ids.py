@@ -120,27 +120,30 @@ def new_nonce() -> str:
     return p[v >> 40] + p[(v >> 30) & 1023] + p[(v >> 20) & 1023] + p[(v >> 10) & 1023] + p[v & 1023]
 
 
+_LAST_MS: list[tuple[int, str]] = [(-1, "")]
+
+
 def encode_envelope_id(ms: int, seq: int, nonce: str) -> str:
     """Build the envelope id of the inbox entry at position ``ms-seq`` carrying ``nonce``."""
     if not 0 <= seq <= _MAX_SEQ:
         raise ValueError(f"sequence {seq} does not fit an envelope id")
     if not 0 <= ms <= _MAX_MS:
         raise ValueError("value does not fit")
-    # 50 bits of ms then 30 of seq: 80 bits, 16 characters
-    v = (ms << _SEQ_BITS) | seq
+    # 50 bits of ms then 30 of seq: 80 bits, 16 characters; the ms part is cached (ids made together
+    # mostly share their millisecond)
     p = _PAIRS
-    return (
-        "env_"
-        + p[v >> 70]
-        + p[(v >> 60) & 1023]
-        + p[(v >> 50) & 1023]
-        + p[(v >> 40) & 1023]
-        + p[(v >> 30) & 1023]
-        + p[(v >> 20) & 1023]
-        + p[(v >> 10) & 1023]
-        + p[v & 1023]
-        + nonce
-    )
+    cached_ms, head = _LAST_MS[0]
+    if ms != cached_ms:
+        head = (
+            "env_"
+            + p[ms >> 40]
+            + p[(ms >> 30) & 1023]
+            + p[(ms >> 20) & 1023]
+            + p[(ms >> 10) & 1023]
+            + p[ms & 1023]
+        )
+        _LAST_MS[0] = (ms, head)
+    return head + p[seq >> 20] + p[(seq >> 10) & 1023] + p[seq & 1023] + nonce
 
 
 def decode_envelope_id(envelope_id: str) -> tuple[int, int, str]:

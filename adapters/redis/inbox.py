@@ -35,18 +35,30 @@ class RedisInboxStore:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
         self.keys = connection.keys
-        # The send script's arguments, pre-encoded: numkeys and the four keys per (sender, recipient),
-        # and the settings' four values (they sit between the per-send values and the fields).
-        self._routes: dict[tuple[str, str], bytes] = {}
+        # The send script's arguments, pre-encoded: numkeys, the four keys, the sender and its session
+        # per (sender, recipient, session); the settings' four values (between the per-send values and
+        # the fields); the field names. Each cache is emptied when full.
+        self._routes: dict[tuple[str, str, str], bytes] = {}
         self._limits: tuple[RedisSettings, bytes] | None = None
+        self._names: dict[str, bytes] = {}
 
-    def _route(self, sender: str, to: str) -> bytes:
+    def _route(self, sender: str, to: str, session: str) -> bytes:
         keys = self.keys
         names = (keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender))
-        packed = pack_args((len(names), *names))
+        packed = pack_args((len(names), *names, sender, session))
         if len(self._routes) >= _MAX_ROUTES:
             self._routes.clear()
-        self._routes[sender, to] = packed
+        self._routes[sender, to, session] = packed
+        return packed
+
+    def _name(self, name: str) -> bytes:
+        """``bulk(name)`` of a field name, cached."""
+        packed = self._names.get(name)
+        if packed is None:
+            packed = bulk(name)
+            if len(self._names) >= _MAX_ROUTES:
+                self._names.clear()
+            self._names[name] = packed
         return packed
 
     def _send_limits(self) -> bytes:
@@ -77,16 +89,15 @@ class RedisInboxStore:
         nonce = new_nonce()
         # = evalsha(send, [reg(sender), reg(to), inbox(to), rate(sender)], [sender, session, sent_at,
         #   nonce, cap, group, rate, burst, *fields]), encoded in parts (see docs/performance.md)
+        session = sender_session or ""
         parts = [
-            self._routes.get((sender, to)) or self._route(sender, to),
-            bulk(sender),
-            bulk(sender_session or ""),
+            self._routes.get((sender, to, session)) or self._route(sender, to, session),
             bulk(format_ms(sent_at_ms)),
             bulk(nonce),
             self._send_limits(),
         ]
         for name, value in fields.items():
-            parts.append(bulk(name))
+            parts.append(self._names.get(name) or self._name(name))
             parts.append(bulk(value))
         packed = b"".join(parts)
         count = 13 + 2 * len(fields)
