@@ -3,33 +3,43 @@
 Run exactly like the product (``python bench/noop_worker.py serve --redis-url ... --port ...``): the
 real ``broker.cli`` entry point, the real app from ``broker.front.app.create_app`` with the four relay
 tools, the auth middleware and the same uvicorn settings. The only difference is one extra tool that
-does nothing, so a call to it costs what the HTTP + auth + MCP SDK layers cost and nothing more. The
-product never registers it.
+does nothing, dispatched exactly like the relay tools (same server, same identity lookup, same argument
+name check, same error handling), so a call to it costs what the HTTP + auth + MCP SDK layers cost and
+nothing more. The product never registers it.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.lowlevel import Server
 from mcp.types import CallToolResult, TextContent
 
 import broker.front.app as front_app
 from broker.cli import main
-from broker.front.tools import build_mcp_server
+from broker.front.auth import AgentIdentity
+from broker.front.tools import AgentTool, build_mcp_server
 
 NOOP_TOOL = "NoOp"
 
 
-def build_with_noop(relay: Any, *, max_wait: float) -> MCPServer:
-    server = build_mcp_server(relay, max_wait=max_wait)
+async def noop(who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})
 
-    @server.tool(name=NOOP_TOOL, description="Bench only: does nothing and returns an empty object.")
-    async def noop() -> CallToolResult:
-        return CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})
 
-    return server
+NOOP = AgentTool(
+    NOOP_TOOL,
+    "Bench only: does nothing and returns an empty object.",
+    {"type": "object", "properties": {}, "additionalProperties": False},
+    None,
+    noop,
+)
+
+
+def build_with_noop(relay: Any, *, max_wait: float) -> Server[Any]:
+    return build_mcp_server(relay, max_wait=max_wait, extra_tools=[NOOP])
 
 
 front_app.build_mcp_server = build_with_noop

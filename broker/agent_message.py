@@ -36,7 +36,7 @@ import protovalidate
 
 from broker._gen.candace.agent.v1.agent_pb2 import AgentMessage, Kind
 from broker.contract import RESERVED_FIELDS
-from broker.errors import ContractViolation, Violation
+from broker.errors import ContractViolation, Violation, json_type
 
 __all__ = ["KIND_LABELS", "AgentMessage", "AgentMessageContract", "Kind"]
 
@@ -168,7 +168,7 @@ class AgentMessageContract:
         """
         if not isinstance(data, dict):
             raise ContractViolation(
-                [Violation("", "type", f"message must be a JSON object, not {_json_type(data)}")]
+                [Violation("", "type", f"message must be a JSON object, not {json_type(data)}")]
             )
         problems: list[Violation] = []
         kind = _UNSPECIFIED
@@ -183,7 +183,7 @@ class AgentMessageContract:
                     continue
                 if not isinstance(value, str):
                     expected = "a string or null" if key in _OPTIONAL else "a string"
-                    problems.append(Violation(key, "type", f"must be {expected}, not {_json_type(value)}"))
+                    problems.append(Violation(key, "type", f"must be {expected}, not {json_type(value)}"))
                 elif not _encodable(value):
                     problems.append(Violation(key, "utf8", "must be valid Unicode (no lone surrogates)"))
                 else:
@@ -255,7 +255,7 @@ def _parse_kind(value: object, problems: list[Violation]) -> Kind.ValueType | No
                 )
             )
         return kind
-    problems.append(Violation("kind", "type", f"must be an integer or a kind name, not {_json_type(value)}"))
+    problems.append(Violation("kind", "type", f"must be an integer or a kind name, not {json_type(value)}"))
     return None
 
 
@@ -274,19 +274,3 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__

@@ -21,15 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 from broker.cli_dead_letters import register_commands as _register_dead_letters
 from broker.cli_inspect import register as _register_inspect
 from broker.errors import InvalidArgument, RelayError
-from broker.front.auth import (
-    DEFAULT_TTL_SECONDS,
-    MAX_TTL_SECONDS,
-    AuthError,
-    KeyFileError,
-    agent_headers,
-    load_key_file,
-    write_key_file,
-)
+from broker.front.key_file import KeyFileError, load_key_file, write_key_file
+from broker.front.tokens import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, AuthError, agent_headers
 from broker.ids import check_agent_id, check_session_id
 from broker.settings import ENVIRONMENT, SettingsError, add_serve_arguments, bounded_int, serve_settings
 

@@ -22,6 +22,23 @@ class Violation:
         return {"field": self.field, "rule": self.rule, "message": self.message}
 
 
+def json_type(value: object) -> str:
+    """How an error message names the JSON type of a refused value ("must be a string, not an array")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
 class RelayError(Exception):
     """Base of every refusal relay makes on purpose.
 
@@ -166,3 +183,15 @@ class RelayNotRunning(RelayError):
 
     code = "relay_not_running"
     retryable = True
+
+
+class InternalError(RelayError):
+    """A failure relay did not anticipate; the details are in the relay's log, not in the answer."""
+
+    code = "internal_error"
+    retryable = True
+
+    def __init__(
+        self, message: str = "the relay failed unexpectedly; retry, and report it if it persists"
+    ) -> None:
+        super().__init__(message)

@@ -26,7 +26,7 @@ GRACEFUL_SHUTDOWN_SECONDS = 30
 def run(settings: ServeSettings) -> int:
     """Run ``relay serve`` with parsed settings; returns the process exit code."""
     from adapters.redis.server import EmbeddedRedis
-    from broker.front.auth import load_key_file
+    from broker.front.key_file import load_key_file
 
     logs.configure(settings.log_format, settings.log_level)
     keyring = load_key_file(settings.key_file) if settings.key_file is not None else None
@@ -74,7 +74,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
     from adapters.redis.gauges import InboxGauges
     from broker.agent_message import AgentMessageContract
     from broker.front.app import create_app
-    from broker.front.auth import KeyRing
+    from broker.front.tokens import KeyRing
     from broker.relay import Relay
 
     connection = RedisConnection(

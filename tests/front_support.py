@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app
-from broker.front.auth import KeyRing, agent_headers, generate_key
+from broker.front.tokens import KeyRing, agent_headers, generate_key
 from broker.relay import Relay
 from tests.support import unique_prefix
 

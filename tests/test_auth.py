@@ -1,4 +1,5 @@
-"""Tests for broker.front.auth: key files, v1 tokens and the ASGI middleware on a real socket."""
+"""Tests for agent authentication: v1 tokens (broker.front.tokens), key files (broker.front.key_file)
+and the ASGI middleware (broker.front.auth) on a real socket."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import stat
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2
@@ -24,18 +26,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from broker.errors import InvalidArgument
-from broker.front.auth import (
-    AgentAuthMiddleware,
-    AgentIdentity,
-    AuthError,
-    KeyFileError,
-    KeyRing,
-    agent_headers,
-    generate_key,
-    key_id,
-    load_key_file,
-    write_key_file,
-)
+from broker.front import tokens
+from broker.front.auth import AgentAuthMiddleware
+from broker.front.key_file import KeyFileError, load_key_file, write_key_file
+from broker.front.tokens import AgentIdentity, AuthError, KeyRing, agent_headers, generate_key, key_id
 
 NOW = 1_800_000_000
 AGENT = "alice"
@@ -547,3 +541,38 @@ async def test_middleware_passes_non_http_scopes() -> None:
 
     await AgentAuthMiddleware(app, KeyRing([new_key()]))({"type": "lifespan"}, receive, send)
     assert seen == ["lifespan"]
+
+
+async def test_middleware_reuses_the_user_but_checks_expiry_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keyring = KeyRing([new_key()])
+    clock = [float(NOW)]
+    monkeypatch.setattr(tokens, "time", SimpleNamespace(time=lambda: clock[0]))
+    users: list[Any] = []
+    sent: list[Any] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        users.append(scope["user"])
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    middleware = AgentAuthMiddleware(app, keyring)
+    headers = [
+        (k.lower().encode(), v.encode()) for k, v in agent_headers(keyring, AGENT, SESSION, 600).items()
+    ]
+    for _ in range(2):
+        await middleware({"type": "http", "path": "/mcp/agent", "headers": headers}, receive, send)
+    assert len(users) == 2 and users[0] is users[1] and not sent
+    assert users[0].access_token.client_id == f"{AGENT}/{SESSION}"
+    assert users[0].access_token.expires_at == NOW + 600
+
+    clock[0] = NOW + 600
+    await middleware({"type": "http", "path": "/mcp/agent", "headers": headers}, receive, send)
+    assert len(users) == 2
+    assert sent[0]["status"] == 401
+    assert json.loads(sent[1]["body"])["error"]["data"] == {"cause": "expired"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.front.auth import load_key_file
+from broker.front.key_file import load_key_file
 from broker.settings import ENVIRONMENT
 from tests.processes import run_relay
 

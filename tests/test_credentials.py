@@ -72,11 +72,7 @@ class World:
     async def refused(self, headers: dict[str, str], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         result = tool_result(await self.post(headers, name, arguments))
         assert result.get("isError"), result
-        text = result["content"][0]["text"]
-        try:
-            return dict(json.loads(text)["error"])
-        except ValueError:  # the SDK's argument validation answers in plain text
-            return {"code": "argument_validation", "message": text}
+        return dict(json.loads(result["content"][0]["text"])["error"])
 
     async def unauthorized(
         self, headers: dict[str, str] | list[tuple[str, str]], name: str, arguments: dict[str, Any]
@@ -321,7 +317,8 @@ async def test_tool_arguments_cannot_name_another_agent(world: World) -> None:
     err = await world.refused(
         mallory, "SendAgentMessage", {"to": "alice", "message": {"kind": 1, "text": "x", "from": "bob"}}
     )
-    assert err["code"] == "argument_validation" and "from" in err["message"]
+    assert err["code"] == "contract_violation"
+    assert [(v["field"], v["rule"]) for v in err["violations"]] == [("from", "unknown_field")]
     registered = await world.post(
         mallory, "RegisterAgentAddress", {**REGISTER, "agent": "alice", "endpoint": "unix:/tmp/evil"}
     )

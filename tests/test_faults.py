@@ -26,7 +26,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.redis.server import EmbeddedRedis
-from broker.front.auth import agent_headers, load_key_file
+from broker.front.key_file import load_key_file
+from broker.front.tokens import agent_headers
 from broker.ids import ENVELOPE_ID_PATTERN
 from tests.front_support import Front, key_file, running_front
 from tests.processes import REGISTER, ok, serve_processes, tool_outcome

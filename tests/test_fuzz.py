@@ -209,10 +209,7 @@ def tool_outcome(body: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     if not result.get("isError"):
         return "ok", dict(result.get("structuredContent") or {})
     text = result["content"][0]["text"]
-    try:
-        error = json.loads(text)["error"]
-    except (ValueError, KeyError, TypeError):
-        return "refused", {"code": "argument_validation", "message": text}
+    error = json.loads(text)["error"]  # every refusal is structured, argument checks included
     assert isinstance(error["code"], str) and isinstance(error["retryable"], bool), text
     return "refused", dict(error)
 

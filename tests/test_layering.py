@@ -23,6 +23,8 @@ CORE_MODULES = [
     "broker.front.app",
     "broker.front.tools",
     "broker.front.auth",
+    "broker.front.tokens",
+    "broker.front.key_file",
     "broker.cli",
     "adapters.memory",
     "adapters.providers",

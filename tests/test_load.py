@@ -23,7 +23,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from adapters.redis.server import EmbeddedRedis
-from broker.front.auth import agent_headers, load_key_file
+from broker.front.key_file import load_key_file
+from broker.front.tokens import agent_headers
 from tests.front_support import key_file
 from tests.processes import REGISTER, ok, serve_processes, tool_outcome
 from tests.test_faults import check_envelope, check_stored_entries

@@ -14,7 +14,8 @@ import httpx2
 import pytest
 
 from adapters.redis.server import EmbeddedRedis
-from broker.front.auth import KeyRing, agent_headers, load_key_file
+from broker.front.key_file import load_key_file
+from broker.front.tokens import KeyRing, agent_headers
 from broker.logs import JsonFormatter
 from tests.front_support import key_file
 from tests.processes import REGISTER, ServeProcess, call_tool, ok

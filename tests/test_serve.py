@@ -15,7 +15,8 @@ import httpx2
 import pytest
 
 from adapters.redis.server import EmbeddedRedis
-from broker.front.auth import agent_headers, load_key_file
+from broker.front.key_file import load_key_file
+from broker.front.tokens import agent_headers
 from tests.front_support import free_port, key_file, running_front
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, ok_sync, run_relay
 

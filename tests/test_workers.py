@@ -19,7 +19,8 @@ import redis
 
 from adapters.redis.keys import Keys
 from adapters.redis.server import EmbeddedRedis
-from broker.front.auth import KeyRing, agent_headers, load_key_file
+from broker.front.key_file import load_key_file
+from broker.front.tokens import KeyRing, agent_headers
 from tests.front_support import free_port, key_file
 from tests.processes import REGISTER, ServeProcess, call_tool, ok, sample, serve_processes
 from tests.test_compose import dockerfile

@@ -40,11 +40,12 @@ from types import TracebackType
 from typing import Protocol, Self
 
 from adapters.providers import WorkbenchAddress
+from broker import schemas
 from broker.agent_message import KIND_LABELS, AgentMessage
 from broker.envelope import Envelope, format_time
 from broker.errors import InvalidArgument, RelayError
 from broker.front.errors import error_body
-from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN, check_agent_id, check_session_id
+from broker.ids import check_agent_id, check_session_id
 from broker.messenger import Messenger
 
 log = logging.getLogger("relay.workbench")
@@ -77,38 +78,17 @@ class SessionTool:
     call: Callable[[Mapping[str, object]], Awaitable[ToolResult]] = field(repr=False)
 
 
-_AGENT = {"type": "string", "pattern": AGENT_ID_PATTERN}
 REGISTER_SCHEMA: Mapping[str, object] = {
     "type": "object",
-    "properties": {"agent": {**_AGENT, "description": "the agent id this session answers to"}},
+    "properties": {"agent": {**schemas.AGENT_ID, "description": "the agent id this session answers to"}},
     "required": ["agent"],
     "additionalProperties": False,
 }
 SEND_SCHEMA: Mapping[str, object] = {
     "type": "object",
     "properties": {
-        "to": {**_AGENT, "description": "the recipient's agent id"},
-        "message": {
-            "type": "object",
-            "properties": {
-                "kind": {
-                    "description": "1 note, 2 request, 3 reply, 4 status (the names are accepted too)",
-                    "oneOf": [
-                        {"type": "integer", "enum": [1, 2, 3, 4]},
-                        {"type": "string", "enum": ["note", "request", "reply", "status"]},
-                    ],
-                },
-                "text": {"type": "string", "minLength": 1, "description": "1 to 65536 bytes of UTF-8"},
-                "in_reply_to": {
-                    "type": "string",
-                    "pattern": ENVELOPE_ID_PATTERN,
-                    "description": "the envelope id this answers; required when kind is 3 (reply)",
-                },
-                "reference": {"type": "string", "minLength": 1, "maxLength": 2048},
-            },
-            "required": ["kind", "text"],
-            "additionalProperties": False,
-        },
+        "to": {**schemas.AGENT_ID, "description": "the recipient's agent id"},
+        "message": schemas.MESSAGE_IN,
     },
     "required": ["to", "message"],
     "additionalProperties": False,

@@ -107,7 +107,9 @@ def create_app(
         return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     if endpoint is not None and keyring is not None:
-        app.router.routes.append(Route(MCP_PATH, endpoint=PostOnly(AgentAuthMiddleware(endpoint, keyring))))
+        # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
+        route = Route(MCP_PATH, endpoint=PostOnly(AgentAuthMiddleware(endpoint, keyring)))
+        app.router.routes.insert(0, route)
     return app
 
 

@@ -24,6 +24,7 @@ HTTP_STATUS: Final[dict[str, int]] = {
     "rate_limited": 429,
     "backend_unavailable": 503,
     "relay_not_running": 503,
+    "internal_error": 500,
 }
 
 

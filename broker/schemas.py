@@ -1,0 +1,171 @@
+"""JSON schemas of the agent tools' arguments and results, shared by every front that exposes them (the
+MCP endpoint, the Workbench session tools).
+
+Written out by hand rather than generated from models: they are a public contract, so they should read
+like one (no ``$defs`` indirection, no ``anyOf`` with ``null`` for fields that are simply optional), and a
+flat schema is also what a client validates fastest. ``tests/test_schemas.py`` checks real tool results
+against the result schemas, and that the argument schemas refuse what the tools refuse.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from broker.envelope import Tier
+from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN
+from broker.relay import MAX_ACK_IDS, MAX_FETCH_LIMIT
+
+AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
+ENVELOPE_ID: Final[dict[str, Any]] = {"type": "string", "pattern": ENVELOPE_ID_PATTERN}
+
+MESSAGE_IN: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "A candace.agent.v1.AgentMessage: a proposal to the recipient, never permission to act.",
+    "properties": {
+        "kind": {
+            "description": "1 note, 2 request, 3 reply, 4 status (the names are accepted too)",
+            "oneOf": [
+                {"type": "integer", "enum": [1, 2, 3, 4]},
+                {"type": "string", "enum": ["note", "request", "reply", "status"]},
+            ],
+        },
+        "text": {"type": "string", "minLength": 1, "description": "The message, 1 to 65536 bytes of UTF-8"},
+        "in_reply_to": {
+            **ENVELOPE_ID,
+            "description": "The envelope id this message answers; required when kind is 3 (reply)",
+        },
+        "reference": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 2048,
+            "description": "A pointer to related material (URL, path, id), 1-2048 characters",
+        },
+    },
+    "required": ["kind", "text"],
+    "additionalProperties": False,
+}
+
+MESSAGE_OUT: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "kind": {"type": "integer", "description": "1 note, 2 request, 3 reply, 4 status"},
+        "text": {"type": "string"},
+        "in_reply_to": {"type": "string"},
+        "reference": {"type": "string"},
+    },
+    "required": ["kind", "text"],
+}
+
+_TIME: Final[dict[str, Any]] = {"type": "string", "description": "UTC, RFC 3339 with milliseconds"}
+_TIER: Final[dict[str, Any]] = {"type": "string", "enum": [tier.label for tier in Tier]}
+
+# -- tool arguments -------------------------------------------------------------------------------
+
+REGISTER_ARGUMENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "provider": {"type": "string", "description": "The address type: 'claudecode' here"},
+        "endpoint": {
+            "type": "string",
+            "description": "'127.0.0.1:PORT', '[::1]:PORT', 'localhost:PORT' or 'unix:/absolute/path'",
+        },
+    },
+    "required": ["provider", "endpoint"],
+    "additionalProperties": False,
+}
+
+SEND_ARGUMENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "to": {**AGENT_ID, "description": "The recipient's agent id"},
+        "message": MESSAGE_IN,
+    },
+    "required": ["to", "message"],
+    "additionalProperties": False,
+}
+
+FETCH_ARGUMENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FETCH_LIMIT, "default": 16},
+        "wait_ms": {
+            "type": ["integer", "null"],
+            "minimum": 0,
+            "description": "Wait up to this long for a message when the inbox is empty (capped)",
+        },
+    },
+    "additionalProperties": False,
+}
+
+ACKNOWLEDGE_ARGUMENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {"ids": {"type": "array", "items": ENVELOPE_ID, "maxItems": MAX_ACK_IDS}},
+    "required": ["ids"],
+    "additionalProperties": False,
+}
+
+# -- tool results ---------------------------------------------------------------------------------
+
+REGISTRATION: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "agent": {"type": "string"},
+        "session": {"type": "string"},
+        "provider": {"type": "string"},
+        "endpoint": {"type": "string"},
+        "tier": _TIER,
+        "registered_at": _TIME,
+        "updated_at": _TIME,
+        "superseded_session": {
+            "type": "string",
+            "description": "The session this registration replaced, when it replaced one",
+        },
+    },
+    "required": ["agent", "session", "provider", "endpoint", "tier", "registered_at", "updated_at"],
+}
+
+SENT: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "The envelope id"},
+        "to": {"type": "string"},
+        "tier": _TIER,
+        "sent_at": _TIME,
+    },
+    "required": ["id", "to", "tier", "sent_at"],
+}
+
+INBOX: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "envelopes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "Acknowledge with it; answer with in_reply_to"},
+                    "from": {"type": "string"},
+                    "tier": _TIER,
+                    "message": MESSAGE_OUT,
+                    "sent_at": _TIME,
+                    "deliveries": {"type": "integer", "description": "1 on the first hand-out"},
+                },
+                "required": ["id", "from", "tier", "message", "sent_at", "deliveries"],
+            },
+        }
+    },
+    "required": ["envelopes"],
+}
+
+ACKNOWLEDGEMENT: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "acknowledged": {"type": "array", "items": {"type": "string"}},
+        "unknown": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Ids that were not (or no longer) unacknowledged envelopes of yours",
+        },
+    },
+    "required": ["acknowledged", "unknown"],
+}

@@ -1,0 +1,140 @@
+"""The published tool schemas against what the tools really do, over real HTTP with the official client.
+
+Results must validate against their output schemas (with every optional field present and absent), and
+every argument the input schemas refuse must be refused by the tool with a structured error, so the
+schemas a client reads are exactly the contract it gets.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from broker import schemas
+from broker.front.tools import relay_tools
+from tests.front_support import Front, running_front
+
+REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
+ALL_SCHEMAS = {
+    name: value
+    for name, value in vars(schemas).items()
+    if name.isupper() and not name.startswith("_") and isinstance(value, dict)
+}
+
+
+@pytest.fixture
+async def front(redis_url: str) -> Any:
+    async with running_front(redis_url) as running:
+        yield running
+
+
+@pytest.mark.parametrize("name", sorted(ALL_SCHEMAS))
+def test_every_schema_is_a_valid_2020_12_schema_without_indirection(name: str) -> None:
+    schema = ALL_SCHEMAS[name]
+    Draft202012Validator.check_schema(schema)
+    text = json.dumps(schema)
+    assert "$ref" not in text and "$defs" not in text and "null" not in text.replace('"null"', "")
+
+
+async def test_the_listing_publishes_the_schemas_of_broker_schemas(front: Front) -> None:
+    async with front.client("alice", "a-1") as alice:
+        listed = {tool.name: tool for tool in (await alice.list_tools()).tools}
+    local = {tool.name: tool for tool in relay_tools(front.relay, max_wait=25)}
+    assert (
+        set(listed)
+        == set(local)
+        == {
+            "RegisterAgentAddress",
+            "SendAgentMessage",
+            "FetchAgentInbox",
+            "AcknowledgeAgentInbox",
+        }
+    )
+    for name, tool in local.items():
+        assert listed[name].input_schema == tool.input_schema
+        assert listed[name].output_schema == tool.output_schema
+
+
+async def test_real_results_validate_against_the_output_schemas(front: Front) -> None:
+    seen: dict[str, list[dict[str, Any]]] = {}
+
+    async def call(client: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = await client.call_tool(tool, arguments)
+        assert not result.is_error, result.content
+        assert json.loads(result.content[0].text) == result.structured_content
+        seen.setdefault(tool, []).append(result.structured_content)
+        return dict(result.structured_content)
+
+    async with front.client("alice", "a-1") as alice, front.client("bob", "b-1") as bob:
+        await call(alice, "RegisterAgentAddress", REGISTER)
+        await call(bob, "RegisterAgentAddress", REGISTER)
+        async with front.client("alice", "a-2") as again:  # supersedes: superseded_session present
+            await call(again, "RegisterAgentAddress", REGISTER)
+        first = await call(bob, "SendAgentMessage", {"to": "alice", "message": {"kind": 2, "text": "q"}})
+        message = {"kind": "reply", "text": "a", "in_reply_to": first["id"], "reference": "https://x/1"}
+        await call(bob, "SendAgentMessage", {"to": "alice", "message": message})
+    async with front.client("alice", "a-2") as alice:
+        inbox = await call(alice, "FetchAgentInbox", {"limit": 16})
+        await call(alice, "FetchAgentInbox", {"limit": 16, "wait_ms": None})
+        assert [e["message"] for e in inbox["envelopes"]] == [
+            {"kind": 2, "text": "q"},
+            {"kind": 3, "text": "a", "in_reply_to": first["id"], "reference": "https://x/1"},
+        ]
+        await call(alice, "AcknowledgeAgentInbox", {"ids": [e["id"] for e in inbox["envelopes"]]})
+        await call(alice, "FetchAgentInbox", {})
+    assert "superseded_session" in seen["RegisterAgentAddress"][-1]
+    outputs = {
+        "RegisterAgentAddress": schemas.REGISTRATION,
+        "SendAgentMessage": schemas.SENT,
+        "FetchAgentInbox": schemas.INBOX,
+        "AcknowledgeAgentInbox": schemas.ACKNOWLEDGEMENT,
+    }
+    for tool, results in seen.items():
+        validator = Draft202012Validator(outputs[tool])
+        for result in results:
+            assert not list(validator.iter_errors(result)), (tool, result)
+
+
+REFUSED_BY_SCHEMA: list[tuple[str, dict[str, Any]]] = [
+    ("RegisterAgentAddress", {"provider": "claudecode"}),
+    ("RegisterAgentAddress", {**REGISTER, "agent": "bob"}),
+    ("RegisterAgentAddress", {"provider": 1, "endpoint": "127.0.0.1:1"}),
+    ("SendAgentMessage", {"to": "bob"}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x"}, "from": "eve"}),
+    ("SendAgentMessage", {"to": "Bob!", "message": {"kind": 1, "text": "x"}}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": True, "text": "x"}}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": "order", "text": "x"}}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": ""}}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x", "extra": 1}}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x", "in_reply_to": "nope"}}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x", "reference": ""}}),
+    ("FetchAgentInbox", {"limit": 0}),
+    ("FetchAgentInbox", {"limit": 257}),
+    ("FetchAgentInbox", {"limit": 1.5}),
+    ("FetchAgentInbox", {"limit": None}),
+    ("FetchAgentInbox", {"wait_ms": -1}),
+    ("FetchAgentInbox", {"wait_ms": "100"}),
+    ("FetchAgentInbox", {"agent": "bob"}),
+    ("AcknowledgeAgentInbox", {}),
+    ("AcknowledgeAgentInbox", {"ids": "env_"}),
+    ("AcknowledgeAgentInbox", {"ids": ["nope"]}),
+    ("AcknowledgeAgentInbox", {"ids": ["env_" + "0" * 26] * 1025}),
+]
+
+
+async def test_what_the_input_schemas_refuse_the_tools_refuse_with_a_structured_error(front: Front) -> None:
+    inputs = {tool.name: tool.input_schema for tool in relay_tools(front.relay, max_wait=25)}
+    async with front.client("alice", "a-1") as alice, front.client("bob", "b-1") as bob:
+        for client in (alice, bob):
+            assert not (await client.call_tool("RegisterAgentAddress", REGISTER)).is_error
+        for tool, arguments in REFUSED_BY_SCHEMA:
+            assert list(Draft202012Validator(inputs[tool]).iter_errors(arguments)), (tool, arguments)
+            result = await alice.call_tool(tool, arguments)
+            assert result.is_error, (tool, arguments)
+            error = json.loads(result.content[0].text)["error"]
+            assert error["code"] in {"invalid_argument", "invalid_address", "contract_violation"}, error
+            assert error["retryable"] is False and error["violations"][0]["rule"], error
+    assert (await front.relay.fetch("bob", 256)) == []  # nothing refused was stored
