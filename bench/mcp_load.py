@@ -48,6 +48,9 @@ def uid_of(text: str) -> str:
 
 @dataclass
 class Tally:
+    deadline: float = float("inf")
+    """End of the measured window: rates count only what completed by then (see ``phase``)."""
+    window_calls: int = 0
     calls: int = 0
     call_latency: list[float] = field(default_factory=list)
     msg_latency: list[float] = field(default_factory=list)
@@ -81,8 +84,11 @@ class Agent:
         assert self.client is not None
         t0 = time.perf_counter()
         result = await self.client.call_tool(tool, args)
-        tally.call_latency.append(time.perf_counter() - t0)
+        now = time.perf_counter()
+        tally.call_latency.append(now - t0)
         tally.calls += 1
+        if now <= tally.deadline:
+            tally.window_calls += 1
         if result.is_error:
             raise RuntimeError(f"{tool} failed: {result.content[0].text if result.content else result}")
         data = result.structured_content
@@ -161,10 +167,14 @@ async def noop_agent(agent: Agent, tally: Tally, deadline: float) -> None:
 
 
 async def phase(agents: list[Agent], name: str, duration: float, state: dict[str, Any]) -> dict[str, Any]:
-    tally = Tally()
+    """Run one phase. Call rates are taken over the window ``[start, start + duration]`` (calls
+    completed in it), the same for relay and NoOp: what follows the deadline (the agents' last cycles,
+    then draining every inbox for the exactly-once check) winds down at a falling rate and would bias
+    the phase with the longer tail. It still counts for CPU, messages, lost and duplicated."""
     cpu0 = time.process_time()
     start = time.perf_counter()
     deadline = start + duration
+    tally = Tally(deadline=deadline)
     if name == "noop":
         await asyncio.gather(*(noop_agent(a, tally, deadline) for a in agents))
     else:
@@ -178,6 +188,8 @@ async def phase(agents: list[Agent], name: str, duration: float, state: dict[str
     cpu = time.process_time() - cpu0
     return {
         "elapsed": elapsed,
+        "window": duration,
+        "window_calls": tally.window_calls,
         "cpu": cpu,
         "calls": tally.calls,
         "call_latency": tally.call_latency,

@@ -86,6 +86,10 @@ class Result:
     duplicated: int = 0
     median_rate: float = 0.0
     median_call_rate: float = 0.0
+    window: float = 0.0
+    """MCP phases: the measured window (seconds); the call rate counts only calls completed in it.
+    (The message rate keeps every message over the whole phase, drain included: end to end.)"""
+    window_calls: int = 0
 
     @property
     def rate(self) -> float:
@@ -93,6 +97,8 @@ class Result:
 
     @property
     def call_rate(self) -> float:
+        if self.window:
+            return self.window_calls / self.window
         return self.calls / self.elapsed if self.elapsed else 0.0
 
     def row(self) -> str:
@@ -361,12 +367,17 @@ class Workers:
 def mcp_row(relay: Result, ceiling: Result, ratio: float) -> str:
     c50, c99 = (percentile(relay.call_latency, q) * 1000 for q in (50, 99))
     n50, n99 = (percentile(ceiling.call_latency, q) * 1000 for q in (50, 99))
-    cpu = (relay.server_cpu / relay.calls * 1e6) if relay.calls else 0
-    ncpu = (ceiling.server_cpu / ceiling.calls * 1e6) if ceiling.calls else 0
+
+    def per_call(result: Result) -> str:
+        if not result.calls:
+            return ""
+        client, server = (result.client_cpu / result.calls * 1e6, result.server_cpu / result.calls * 1e6)
+        return f"cpu µs/call: client {client:4.0f} workers {server:4.0f}"
+
     return (
-        f"{'':<34} {relay.median_call_rate:7.0f} calls/s (p50 {c50:6.2f} p99 {c99:6.2f} ms, workers "
-        f"{cpu:5.0f} µs/call)  ceiling {ceiling.median_call_rate:7.0f} calls/s (p50 {n50:6.2f} p99 "
-        f"{n99:6.2f} ms, workers {ncpu:5.0f} µs/call)  ratio {ratio:.2f}"
+        f"{'':<34} {relay.median_call_rate:7.0f} calls/s (p50 {c50:6.2f} p99 {c99:6.2f} ms, "
+        f"{per_call(relay)})  ceiling {ceiling.median_call_rate:7.0f} calls/s "
+        f"(p50 {n50:6.2f} p99 {n99:6.2f} ms, {per_call(ceiling)})  ratio {ratio:.2f}"
     )
 
 
@@ -429,7 +440,9 @@ class Clients:
         result = Result(f"{label}, {self.agents}a {self.nworkers}w", 0, max(o["elapsed"] for o in outs))
         result.server_cpu = workers.cpu() - workers0
         result.redis_cpu = await redis_cpu(monitor) - redis0
+        result.window = max(o["window"] for o in outs)
         for out in outs:
+            result.window_calls += out["window_calls"]
             result.calls += out["calls"]
             result.call_latency += out["call_latency"]
             result.latency += out["msg_latency"]
@@ -526,7 +539,7 @@ async def bench(args: argparse.Namespace) -> int:
     clients: Clients | None = None
     try:
         core_configs = [(backend, batched) for backend in ("redis", "memory") for batched in (False, True)]
-        for c in CONCURRENCIES:
+        for c in () if args.skip_core else CONCURRENCIES:
             per: dict[str, list[Result]] = {"raw": []}
             for _ in range(rounds):
                 per["raw"].append(await raw_baseline(server.url, c, duration, monitor))
@@ -541,7 +554,9 @@ async def bench(args: argparse.Namespace) -> int:
                 print(m.row() + suffix, flush=True)
                 if key != "raw":
                     figures[f"{key}_c{c}_ratio"] = round(ratio(rs, per["raw"]), 2)
-        relay_bytes, raw_bytes = await memory_per_envelope(server.url, mem_count, monitor)
+        relay_bytes, raw_bytes = (
+            (0.0, 1.0) if args.skip_core else await memory_per_envelope(server.url, mem_count, monitor)
+        )
         print(
             f"memory per queued envelope (300-byte text, {mem_count} queued): relay {relay_bytes:.0f} B, "
             f"raw stream entry {raw_bytes:.0f} B, ratio {relay_bytes / raw_bytes:.2f}",
@@ -588,16 +603,18 @@ async def bench(args: argparse.Namespace) -> int:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    final: dict[str, Any] = {
-        "core_ratio": figures.pop("redis_one_c16_ratio"),
-        "batched_ratio": figures.pop("redis_batch_c16_ratio"),
-        "core_c1_ratio": figures.pop("redis_one_c1_ratio"),
-        "batched_c1_ratio": figures.pop("redis_batch_c1_ratio"),
-        "raw_c16_msgs_per_s": round(results["raw_c16"].median_rate),
-        "core_c16_msgs_per_s": round(results["redis_one_c16"].median_rate),
-        "batched_c16_msgs_per_s": round(results["redis_batch_c16"].median_rate),
-        "memory_c16_msgs_per_s": round(results["memory_one_c16"].median_rate),
-    }
+    final: dict[str, Any] = {}
+    if not args.skip_core:
+        final = {
+            "core_ratio": figures.pop("redis_one_c16_ratio"),
+            "batched_ratio": figures.pop("redis_batch_c16_ratio"),
+            "core_c1_ratio": figures.pop("redis_one_c1_ratio"),
+            "batched_c1_ratio": figures.pop("redis_batch_c1_ratio"),
+            "raw_c16_msgs_per_s": round(results["raw_c16"].median_rate),
+            "core_c16_msgs_per_s": round(results["redis_one_c16"].median_rate),
+            "batched_c16_msgs_per_s": round(results["redis_batch_c16"].median_rate),
+            "memory_c16_msgs_per_s": round(results["memory_one_c16"].median_rate),
+        }
     for key in [k for k in figures if k.startswith("memory_")]:
         figures.pop(key)
     if "mcp_ceiling_ratio" in figures:
@@ -622,6 +639,7 @@ def main() -> int:
     parser.add_argument("--client-procs", type=int, default=2, help="MCP client processes (default 2)")
     parser.add_argument("--mode", default="auto", choices=["auto", "legacy"], help="MCP client mode")
     parser.add_argument("--skip-mcp", action="store_true", help="only (a), (b) and memory")
+    parser.add_argument("--skip-core", action="store_true", help="only (c) and its ceiling (profiling)")
     parser.add_argument("--no-uvloop", dest="uvloop", action="store_false", help="plain asyncio loop")
     parser.add_argument("--json", help="also write the final figures to this file")
     args = parser.parse_args()

@@ -2,9 +2,16 @@
 MCP endpoint, the Workbench session tools).
 
 Written out by hand rather than generated from models: they are a public contract, so they should read
-like one (no ``$defs`` indirection, no ``anyOf`` with ``null`` for fields that are simply optional), and a
-flat schema is also what a client validates fastest. ``tests/test_schemas.py`` checks real tool results
-against the result schemas, and that the argument schemas refuse what the tools refuse.
+like one (no ``$defs`` indirection, no ``anyOf`` with ``null`` for fields that are simply optional).
+``tests/test_schemas.py`` checks real tool results against the full result schemas, and that the argument
+schemas refuse what the tools refuse.
+
+The hot tools (send, fetch, acknowledge) publish the *shape* of their results as output schema
+(``shape_of``: objects with their required fields, arrays, and every field's type in the description)
+rather than a schema typing every leaf. MCP clients validate every result against the output schema;
+the official Python client does it with ``jsonschema`` at about 5 µs per typed field, which for a fetch
+of 16 envelopes was ~0.7 ms of client CPU per call (11 ms for 256), more than the relay's own work. The
+server's side of the contract, every field's type, is held by the tests against the full schemas.
 """
 
 from __future__ import annotations
@@ -169,3 +176,50 @@ ACKNOWLEDGEMENT: Final[dict[str, Any]] = {
     },
     "required": ["acknowledged", "unknown"],
 }
+
+
+# -- what the tools publish -----------------------------------------------------------------------
+
+
+def shape_of(schema: dict[str, Any]) -> dict[str, Any]:
+    """The published form of a result schema: objects keep ``required`` and the arrays among their
+    properties, arrays keep the shape of object items, and every dropped field is named with its type
+    in the object's ``description``, so the schema still documents the whole result."""
+    if schema.get("type") == "array":
+        items = schema.get("items", {})
+        shaped: dict[str, Any] = {"type": "array"}
+        if items.get("type") == "object":
+            shaped["items"] = shape_of(items)
+        return shaped
+    properties: dict[str, Any] = schema.get("properties", {})
+    kept = {name: shape_of(sub) for name, sub in properties.items() if sub.get("type") == "array"}
+    fields = ", ".join(f"{name} ({_type_name(sub)})" for name, sub in properties.items())
+    description = f"{schema['description']} " if "description" in schema else ""
+    shaped = {"type": "object", "description": f"{description}Fields: {fields}."}
+    if kept:
+        shaped["properties"] = kept
+    if "required" in schema:
+        shaped["required"] = list(schema["required"])
+    return shaped
+
+
+def _type_name(schema: dict[str, Any]) -> str:
+    kind = schema.get("type")
+    if kind == "array":
+        items = schema.get("items", {})
+        return f"array of {_type_name(items)}" if items else "array"
+    if kind == "object" and "properties" in schema:
+        optional = [name for name in schema["properties"] if name not in schema.get("required", ())]
+        inner = ", ".join(
+            f"{name}{'?' if name in optional else ''}: {_type_name(sub)}"
+            for name, sub in schema["properties"].items()
+        )
+        return f"object {{{inner}}}"
+    if "enum" in schema:
+        return " | ".join(str(value) for value in schema["enum"])
+    return str(kind or "any")
+
+
+SENT_SHAPE: Final = shape_of(SENT)
+INBOX_SHAPE: Final = shape_of(INBOX)
+ACKNOWLEDGEMENT_SHAPE: Final = shape_of(ACKNOWLEDGEMENT)

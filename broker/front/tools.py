@@ -251,7 +251,7 @@ def relay_tools(relay: Relay[AgentMessage], *, max_wait: float) -> list[AgentToo
             "in_reply_to = the envelope id you answer), 4 status. The sender is always you. Refused "
             "messages list every violated rule and are not stored.",
             schemas.SEND_ARGUMENTS,
-            schemas.SENT,
+            schemas.SENT_SHAPE,
             send_agent_message,
         ),
         AgentTool(
@@ -260,7 +260,7 @@ def relay_tools(relay: Relay[AgentMessage], *, max_wait: float) -> list[AgentToo
             "first. The same envelopes come back until you acknowledge them. With wait_ms, wait up to that "
             f"long (capped at {max_wait_ms} ms) for a message when the inbox is empty.",
             schemas.FETCH_ARGUMENTS,
-            schemas.INBOX,
+            schemas.INBOX_SHAPE,
             fetch_agent_inbox,
         ),
         AgentTool(
@@ -268,7 +268,7 @@ def relay_tools(relay: Relay[AgentMessage], *, max_wait: float) -> list[AgentToo
             "Acknowledge envelopes you have handled, by id; they will not come back. Unknown or already "
             "acknowledged ids are reported, not refused.",
             schemas.ACKNOWLEDGE_ARGUMENTS,
-            schemas.ACKNOWLEDGEMENT,
+            schemas.ACKNOWLEDGEMENT_SHAPE,
             acknowledge_agent_inbox,
         ),
     ]
