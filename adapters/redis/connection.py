@@ -28,6 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adapters.redis.keys import Keys
 from adapters.redis.scripts import Scripts
+from adapters.redis.wire import WireDialer, WireProtocol
 from broker.errors import BackendUnavailable
 
 T = TypeVar("T")
@@ -86,7 +87,7 @@ class RedisConnection:
             max_connections=settings.max_connections,
         )
         self.scripts = Scripts(self.client)
-        self.pipeline = AutoPipeline(self.pipelined, settings.command_timeout)
+        self.pipeline = AutoPipeline(self.pipelined, settings.command_timeout, settings.max_connections)
         self._users = 0
 
     async def open(self) -> None:
@@ -98,6 +99,7 @@ class RedisConnection:
             self._users = 0
             await self.client.aclose()
             await self.blocking.aclose()
+            self.pipeline.close()
             await self.pipelined.aclose()
 
     def evalsha(self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | int]) -> Awaitable[Any]:
@@ -187,16 +189,27 @@ class AutoPipeline:
     exactly as for a single command. Scripts the server does not know (``NOSCRIPT``, e.g. after a
     restart) are loaded and their calls run once more.
 
-    Commands are written and replies read on redis-py connections from ``client``'s pool (whose
-    socket timeout must be None): one timeout per pipeline instead of redis-py's per-reply ones.
+    Commands go out on ``wire`` connections (``adapters/redis/wire.py``) with ``client``'s pool
+    settings, at most ``max_connections`` at once, or on redis-py connections from that pool when its
+    URL needs more than the wire module does (TLS); either way one timeout covers a whole pipeline.
     """
 
-    def __init__(self, client: Redis, timeout: float) -> None:
+    def __init__(self, client: Redis, timeout: float, max_connections: int) -> None:
         self._client = client
         self._timeout = timeout
         self._queue: list[_Call] | None = None
         self._busy = 0
         self._running: set[asyncio.Task[None]] = set()
+        pool = client.connection_pool
+        self._dialer = WireDialer.for_pool(pool.connection_class, pool.connection_kwargs)
+        self._idle: list[WireProtocol] = []
+        self._slots = asyncio.Semaphore(max_connections)
+
+    def close(self) -> None:
+        """Close the idle wire connections (in-flight ones close when their round trip ends)."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.fail(RedisConnectionError("the relay is closing"))
 
     async def evalsha(self, script: AsyncScript, count: int, packed: bytes) -> Any:
         """Run ``script`` with ``count`` values (numkeys, keys, args) already encoded in ``packed``."""
@@ -235,6 +248,36 @@ class AutoPipeline:
 
     async def _roundtrip(self, commands: list[bytes], count: int) -> list[Any]:
         """Write ``commands`` (the parts of ``count`` commands) at once and read ``count`` replies."""
+        if self._dialer is None:
+            return await self._roundtrip_pooled(commands, count)
+        await self._slots.acquire()
+        connection = None
+        try:
+            while self._idle:
+                candidate = self._idle.pop()
+                if not candidate.closed:  # a server restart closed the others: EOF marks them
+                    connection = candidate
+                    break
+            if connection is None:
+                connection = await self._dialer.connect()
+            futures = connection.request(b"".join(commands), count)
+            timer = asyncio.get_running_loop().call_later(self._timeout, self._expire, connection)
+            try:
+                replies = [await future for future in futures]
+            finally:
+                timer.cancel()
+            self._idle.append(connection)
+            connection = None
+            return replies
+        finally:
+            if connection is not None:  # failed, timed out or cancelled mid-round-trip: unusable
+                connection.fail(RedisConnectionError("round trip abandoned"))
+            self._slots.release()
+
+    def _expire(self, connection: WireProtocol) -> None:
+        connection.fail(self._timed_out())
+
+    async def _roundtrip_pooled(self, commands: list[bytes], count: int) -> list[Any]:
         pool = self._client.connection_pool
         connection = None
         try:
