@@ -106,6 +106,14 @@ def build_mcp_server(
         ]
     )
 
+    # Mcp-Param-* header validation walks a tool's input schema on every call; only schemas that
+    # declare x-mcp-header positions (none of relay's) have anything for it to check.
+    annotated = {
+        tool.name: tool.input_schema
+        for tool in tools.values()
+        if "x-mcp-header" in json.dumps(tool.input_schema)
+    }
+
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
@@ -133,9 +141,7 @@ def build_mcp_server(
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
-        # Mcp-Param-* header validation needs a tool's schema only when it declares x-mcp-header
-        # positions; none of relay's do, so there is nothing to walk per call.
-        get_tool_input_schema=lambda name: None,
+        get_tool_input_schema=annotated.get,
     )
 
 
