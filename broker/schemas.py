@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from broker.envelope import Tier
+from broker.envelope import Tier, format_time
 from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN
-from broker.relay import MAX_ACK_IDS, MAX_FETCH_LIMIT
+from broker.relay import MAX_ACK_IDS, MAX_FETCH_LIMIT, Registered
 
 AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
 ENVELOPE_ID: Final[dict[str, Any]] = {"type": "string", "pattern": ENVELOPE_ID_PATTERN}
@@ -130,6 +130,24 @@ REGISTRATION: Final[dict[str, Any]] = {
     },
     "required": ["agent", "session", "provider", "endpoint", "tier", "registered_at", "updated_at"],
 }
+
+
+def registration_result(done: Registered) -> dict[str, Any]:
+    """The ``REGISTRATION`` result of a registration, as every front returns it."""
+    reg = done.registration
+    data: dict[str, Any] = {
+        "agent": reg.agent,
+        "session": reg.session,
+        "provider": reg.provider,
+        "endpoint": reg.endpoint,
+        "tier": reg.tier.label,
+        "registered_at": format_time(reg.registered_at),
+        "updated_at": format_time(reg.updated_at),
+    }
+    if done.superseded_session is not None:
+        data["superseded_session"] = done.superseded_session
+    return data
+
 
 SENT: Final[dict[str, Any]] = {
     "type": "object",

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import redis
 
 from adapters.redis.server import EmbeddedRedis
 
@@ -31,3 +33,22 @@ def redis_url(redis_server: EmbeddedRedis | None) -> str:
     if redis_server is None:
         return os.environ["REDIS_URL"]
     return redis_server.url
+
+
+@pytest.fixture(scope="module")
+def threaded(redis_url: str) -> Iterator[Any]:
+    """The real app on uvicorn in a background thread, for synchronous (hypothesis) tests."""
+    from tests.test_fuzz import ThreadedFront
+
+    with ThreadedFront(redis_url) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def store(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain redis-py client on the test server, to look at what the relay stored."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
+    try:
+        yield client
+    finally:
+        client.close()

@@ -162,21 +162,6 @@ def error_log() -> Iterator[ErrorLog]:
         root.removeHandler(handler)
 
 
-@pytest.fixture(scope="module")
-def threaded(redis_url: str) -> Iterator[ThreadedFront]:
-    with ThreadedFront(redis_url) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def store(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
 # --- checks ----------------------------------------------------------------------------------------
 
 

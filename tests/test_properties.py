@@ -38,7 +38,15 @@ from broker.ids import (
     is_envelope_id,
 )
 from tests.support import memory_relays
-from tests.test_fuzz import HOSTILE_IDS, ThreadedFront, call, clean, encode, register, tool_outcome
+from tests.test_fuzz import (
+    HOSTILE_IDS,
+    ThreadedFront,
+    call,
+    clean,
+    encode,
+    register,
+    tool_outcome,
+)
 
 CONTRACT = AgentMessageContract()
 SETTINGS = settings(
@@ -191,21 +199,6 @@ def test_is_envelope_id_is_its_pattern(value: object) -> None:
 
 
 # --- the four tools over HTTP --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def threaded(redis_url: str) -> Iterator[ThreadedFront]:
-    with ThreadedFront(redis_url) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def store(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=10)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture(scope="module")

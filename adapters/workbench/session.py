@@ -221,19 +221,7 @@ class SessionMessaging:
         self._agents[session] = agent
         if self._running:
             self._start(agent, session)
-        reg = done.registration
-        result: ToolResult = {
-            "agent": reg.agent,
-            "session": reg.session,
-            "provider": reg.provider,
-            "endpoint": reg.endpoint,
-            "tier": reg.tier.label,
-            "registered_at": format_time(reg.registered_at),
-            "updated_at": format_time(reg.updated_at),
-        }
-        if done.superseded_session is not None:
-            result["superseded_session"] = done.superseded_session
-        return result
+        return schemas.registration_result(done)
 
     async def _send(self, session: str, arguments: Mapping[str, object]) -> ToolResult:
         _only(arguments, {"to", "message"})

@@ -164,18 +164,7 @@ def relay_tools(relay: Relay[AgentMessage], *, max_wait: float) -> list[AgentToo
                 "outcome": "created" if done.created else "updated",
             },
         )
-        data: dict[str, Any] = {
-            "agent": reg.agent,
-            "session": reg.session,
-            "provider": reg.provider,
-            "endpoint": reg.endpoint,
-            "tier": reg.tier.label,
-            "registered_at": format_time(reg.registered_at),
-            "updated_at": format_time(reg.updated_at),
-        }
-        if done.superseded_session is not None:
-            data["superseded_session"] = done.superseded_session
-        return _ok(data)
+        return _ok(schemas.registration_result(done))
 
     async def send_agent_message(who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         to = arguments["to"]
