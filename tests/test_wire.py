@@ -12,6 +12,7 @@ import pytest
 import redis
 from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adapters.providers import ClaudeCodeAddress
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
@@ -154,3 +155,26 @@ async def test_a_lost_connection_fails_the_waiting_calls() -> None:
     with pytest.raises(RedisConnectionError):
         futures[1].result()
     assert not isinstance(futures[0].result(), ResponseError)
+
+
+class _SilentDialer:
+    """Connections to a server that accepts commands and never answers (like a frozen Redis)."""
+
+    async def connect(self) -> WireProtocol:
+        protocol = WireProtocol()
+        protocol.connection_made(_Transport())
+        return protocol
+
+
+async def test_calls_waiting_for_a_busy_connection_time_out_too() -> None:
+    connection = RedisConnection(
+        RedisSettings(url="redis://127.0.0.1:1/0", command_timeout=0.2, max_connections=1)
+    )
+    pipeline = connection.pipeline
+    pipeline._dialer = _SilentDialer()  # type: ignore[assignment]
+    started = asyncio.get_running_loop().time()
+    results = await asyncio.wait_for(
+        asyncio.gather(*(pipeline._roundtrip([b"PING"], 1) for _ in range(5)), return_exceptions=True), 5
+    )
+    assert all(isinstance(r, RedisTimeoutError) for r in results), results
+    assert asyncio.get_running_loop().time() - started < 0.6  # one timeout, not one per queued call

@@ -250,7 +250,14 @@ class AutoPipeline:
         """Write ``commands`` (the parts of ``count`` commands) at once and read ``count`` replies."""
         if self._dialer is None:
             return await self._roundtrip_pooled(commands, count)
-        await self._slots.acquire()
+        if self._slots.locked():  # every connection busy: waiting for one is bounded like the rest
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise self._timed_out() from None
+        else:
+            await self._slots.acquire()
         connection = None
         try:
             while self._idle:
