@@ -178,3 +178,22 @@ async def test_calls_waiting_for_a_busy_connection_time_out_too() -> None:
     )
     assert all(isinstance(r, RedisTimeoutError) for r in results), results
     assert asyncio.get_running_loop().time() - started < 0.6  # one timeout, not one per queued call
+
+
+async def test_scripts_flushed_under_live_connections_are_loaded_again(redis_url: str) -> None:
+    connection = RedisConnection(RedisSettings(url=redis_url, prefix="wire-flush"))
+    relay = Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection))
+    async with relay:
+        await relay.register("alice", ADDRESS, "a-1")
+        await relay.send("alice", "alice", AgentMessage(kind=Kind.KIND_NOTE, text="warm"))
+        assert connection.pipeline._idle  # a live wire connection, which SCRIPT FLUSH does not close
+        with redis.Redis.from_url(redis_url) as admin:
+            admin.script_flush()
+        sent = await asyncio.gather(
+            *(
+                relay.send("alice", "alice", AgentMessage(kind=Kind.KIND_NOTE, text=f"#{i}"))
+                for i in range(12)
+            )
+        )
+        got = await relay.fetch("alice", 256)
+        assert sorted(e.id for e in got[1:]) == sorted(e.id for e in sent)

@@ -13,6 +13,7 @@ call several times over (see docs/performance.md).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -203,44 +204,99 @@ class AutoPipeline:
         pool = client.connection_pool
         self._dialer = WireDialer.for_pool(pool.connection_class, pool.connection_kwargs)
         self._idle: list[WireProtocol] = []
-        self._slots = asyncio.Semaphore(max_connections)
+        self._max_connections = max_connections
+        self._in_use = 0
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._timers: dict[WireProtocol, asyncio.TimerHandle] = {}
+        self._closing = False
 
     def close(self) -> None:
         """Close the idle wire connections (in-flight ones close when their round trip ends)."""
+        self._closing = True
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.fail(RedisConnectionError("the relay is closing"))
 
     async def evalsha(self, script: AsyncScript, count: int, packed: bytes) -> Any:
         """Run ``script`` with ``count`` values (numkeys, keys, args) already encoded in ``packed``."""
-        if not self._busy:
-            self._busy += 1
-            try:
-                (reply,) = await self._execute([(script, count, packed)])
-            finally:
-                self._busy -= 1
-            if isinstance(reply, Exception):
-                raise reply
-            return reply
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        queue = self._queue
-        if queue is None:
-            queue = self._queue = []
-            loop.call_soon(self._flush)
-        queue.append((script, count, packed, future))
-        if len(queue) >= _MAX_BATCH:
-            self._flush()
-        return await future
+        call = (script, count, packed, future)
+        if not self._busy:
+            if not self._send_now([call]):
+                self._busy += 1
+                try:
+                    (reply,) = await self._execute([(script, count, packed)])
+                finally:
+                    self._busy -= 1
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
+        else:
+            queue = self._queue
+            if queue is None:
+                queue = self._queue = []
+                loop.call_soon(self._flush)
+            queue.append(call)
+            if len(queue) >= _MAX_BATCH:
+                self._flush()
+        reply = await future
+        if isinstance(reply, Exception):  # wire connections hand error replies over as values
+            if not isinstance(reply, NoScriptError):
+                raise reply
+            (reply,) = await self._execute([(script, count, packed)])  # loads the script, runs again
+            if isinstance(reply, Exception):
+                raise reply
+        return reply
 
     def _flush(self) -> None:
         calls, self._queue = self._queue, None
-        if not calls:
+        if not calls or self._send_now(calls):
             return
         self._busy += 1
         task = asyncio.get_running_loop().create_task(self._run(calls))
         self._running.add(task)
         task.add_done_callback(self._done)
+
+    def _send_now(self, calls: list[_Call]) -> bool:
+        """Write ``calls`` at once on an idle wire connection, if there is one and a free slot: their
+        futures get the replies straight from the connection (no task, no extra event-loop turn).
+        False when that is not possible; the caller then takes the path that can wait and connect."""
+        if self._dialer is None or self._in_use >= self._max_connections:
+            return False
+        connection = None
+        while self._idle:
+            candidate = self._idle.pop()
+            if not candidate.closed:  # a server restart closed the others: EOF marks them
+                connection = candidate
+                break
+        if connection is None:
+            return False
+        parts: list[bytes] = []
+        for script, count, packed, _ in calls:
+            parts.append(_evalsha_head(script.sha, count))
+            parts.append(packed)
+        self._in_use += 1
+        self._busy += 1
+        timer = asyncio.get_running_loop().call_later(self._timeout, self._expire, connection)
+        self._timers[connection] = timer
+        try:
+            connection.request_into(b"".join(parts), [call[3] for call in calls], self._settled)
+        except RedisConnectionError:
+            self._settled(connection, False)
+            return False
+        return True
+
+    def _settled(self, connection: WireProtocol, ok: bool) -> None:
+        timer = self._timers.pop(connection, None)
+        if timer is not None:
+            timer.cancel()
+        self._busy -= 1
+        if ok and not connection.closed and not self._closing:
+            self._idle.append(connection)
+        elif self._closing:
+            connection.fail(RedisConnectionError("the relay is closing"))
+        self._release_slot()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._busy -= 1
@@ -250,14 +306,7 @@ class AutoPipeline:
         """Write ``commands`` (the parts of ``count`` commands) at once and read ``count`` replies."""
         if self._dialer is None:
             return await self._roundtrip_pooled(commands, count)
-        if self._slots.locked():  # every connection busy: waiting for one is bounded like the rest
-            try:
-                async with asyncio.timeout(self._timeout):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise self._timed_out() from None
-        else:
-            await self._slots.acquire()
+        await self._take_slot()
         connection = None
         try:
             while self._idle:
@@ -273,13 +322,39 @@ class AutoPipeline:
                 replies = [await future for future in futures]
             finally:
                 timer.cancel()
-            self._idle.append(connection)
+            if self._closing:
+                connection.fail(RedisConnectionError("the relay is closing"))
+            else:
+                self._idle.append(connection)
             connection = None
             return replies
         finally:
             if connection is not None:  # failed, timed out or cancelled mid-round-trip: unusable
                 connection.fail(RedisConnectionError("round trip abandoned"))
-            self._slots.release()
+            self._release_slot()
+
+    async def _take_slot(self) -> None:
+        """One of the ``max_connections`` wire connections; waiting for one is bounded like the rest."""
+        if self._in_use < self._max_connections:
+            self._in_use += 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        try:
+            async with asyncio.timeout(self._timeout):
+                await waiter
+        except TimeoutError:
+            if waiter.done() and not waiter.cancelled():  # handed a slot just as time ran out
+                self._release_slot()
+            raise self._timed_out() from None
+
+    def _release_slot(self) -> None:
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes to the waiter as it is
+                return
+        self._in_use -= 1
 
     def _expire(self, connection: WireProtocol) -> None:
         connection.fail(self._timed_out())

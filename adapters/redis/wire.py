@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import hiredis
@@ -52,7 +52,8 @@ _UNDERSTOOD = frozenset(
 
 
 class WireProtocol(asyncio.Protocol):
-    """One Redis connection. ``request`` writes commands and returns one future per reply."""
+    """One Redis connection. ``request`` writes commands and returns one future per reply;
+    ``request_into`` resolves futures the caller made, and calls ``settled`` once they all are."""
 
     def __init__(self) -> None:
         self._reader = hiredis.Reader(
@@ -60,6 +61,7 @@ class WireProtocol(asyncio.Protocol):
         )
         self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._transport: asyncio.Transport | None = None
+        self._settled: Callable[[WireProtocol, bool], None] | None = None
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -82,6 +84,10 @@ class WireProtocol(asyncio.Protocol):
                 raise InvalidResponse("a reply nobody asked for")
         except InvalidResponse as exc:
             self.fail(RedisConnectionError(f"the message store sent something unreadable: {exc}"))
+            return
+        settled, self._settled = self._settled, None
+        if settled is not None:
+            settled(self, True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -89,14 +95,25 @@ class WireProtocol(asyncio.Protocol):
         self._fail_waiting(RedisConnectionError("connection to the message store lost"))
 
     def request(self, data: bytes, count: int) -> list[asyncio.Future[Any]]:
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in range(count)]
+        self.request_into(data, futures)
+        return futures
+
+    def request_into(
+        self,
+        data: bytes,
+        futures: Sequence[asyncio.Future[Any]],
+        settled: Callable[[WireProtocol, bool], None] | None = None,
+    ) -> None:
+        """Write ``data`` and resolve ``futures`` with its replies in order (error replies are values);
+        then call ``settled(self, True)``, or ``settled(self, False)`` if the connection failed first."""
         transport = self._transport
         if transport is None or self.closed:
             raise RedisConnectionError("connection to the message store is closed")
-        loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in range(count)]
         self._waiting.extend(futures)
+        self._settled = settled
         transport.write(data)
-        return futures
 
     def fail(self, error: Exception) -> None:
         """Fail every waiting call with ``error`` and drop the connection (its replies are lost)."""
@@ -110,6 +127,9 @@ class WireProtocol(asyncio.Protocol):
             future = self._waiting.popleft()
             if not future.done():
                 future.set_exception(error)
+        settled, self._settled = self._settled, None
+        if settled is not None:
+            settled(self, False)
 
 
 class WireDialer:
