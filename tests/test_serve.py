@@ -4,7 +4,9 @@ and service through a Redis outage."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.server import LOCK_FILE, EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from tests.front_support import free_port, key_file, running_front
@@ -69,6 +71,46 @@ def test_embedded_server_keeps_registrations_and_envelopes_across_restarts(
     assert [e["id"] for e in got] == sent
     assert ok_sync(url, bob, "AcknowledgeAgentInbox", {"ids": sent})["acknowledged"] == sent
     assert second.stop(signal.SIGINT) == 0
+
+
+def test_a_killed_serve_takes_its_embedded_server_along_and_starts_again(
+    tmp_path: Path, serve_factory: Any
+) -> None:
+    """SIGKILL (or the OOM killer) gives ``relay serve`` no chance to stop its embedded server: the
+    kernel sends it SIGTERM instead, it flushes its append-only file and exits, and the data dir is
+    free for the next ``relay serve``, with the data intact."""
+    key = key_file(tmp_path)
+    keyring = load_key_file(key)
+    data = tmp_path / "data"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp/agent"
+    alice = agent_headers(keyring, "alice", "a-1")
+    first = serve_factory("--data-dir", str(data), "--agent-mcp-key-file", str(key), port=port)
+    first.start()
+    ok_sync(url, alice, "RegisterAgentAddress", REGISTER)
+    sent = ok_sync(url, alice, "SendAgentMessage", {"to": "alice", "message": {"kind": 1, "text": "kept"}})
+    redis_pid = int((data / LOCK_FILE).read_text())
+    first.kill()
+
+    lock = os.open(data / LOCK_FILE, os.O_RDWR)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the lock is released when the orphaned server exits
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"embedded server {redis_pid} still holds {data}"
+                time.sleep(0.05)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        os.close(lock)
+
+    second = serve_factory("--data-dir", str(data), "--agent-mcp-key-file", str(key), port=port)
+    second.start()
+    got = ok_sync(url, alice, "FetchAgentInbox", {"limit": 16})["envelopes"]
+    assert [e["id"] for e in got] == [sent["id"]]
+    assert second.stop() == 0
 
 
 def test_without_a_key_file_the_agent_endpoint_is_not_served(tmp_path: Path, serve_factory: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import fcntl
 import ipaddress
 import json
@@ -21,10 +22,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -371,6 +373,7 @@ class EmbeddedRedis:
                     close_fds=True,
                     pass_fds=() if self._lock_fd is None else (self._lock_fd,),
                     start_new_session=True,
+                    preexec_fn=_die_with_parent(),
                 )
             except OSError as exc:
                 return "error", f"cannot start {cmd[0]}: {exc}"
@@ -396,9 +399,9 @@ class EmbeddedRedis:
             time.sleep(min(delay, max(remaining, 0.0)))
             delay = min(delay * 2, 0.05)
 
-    # The data dir is locked with flock(2) on a file whose descriptor the server inherits: if this
-    # process dies without stopping it, the orphaned server keeps the lock, and a later start refuses
-    # instead of running a second server on the same append-only files.
+    # The data dir is locked with flock(2) on a file whose descriptor the server inherits: while a
+    # server started from it runs, a later start refuses instead of running a second server on the
+    # same append-only files. (A server whose starter died is told to exit: ``_die_with_parent``.)
     def _lock_data_dir(self) -> None:
         if self._data_dir is None or self._lock_fd is not None:
             return
@@ -501,3 +504,29 @@ class EmbeddedRedis:
         if self._atexit_registered:
             atexit.unregister(self._atexit_stop)
             self._atexit_registered = False
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux: a ``preexec_fn`` that makes the kernel SIGTERM the server when the process that
+    started it dies, SIGKILL and the OOM killer included. An orphaned server would otherwise keep
+    running and keep its data dir locked, so ``relay serve`` could not start again until someone
+    killed it by hand; on SIGTERM it flushes its append-only file and exits, releasing the lock.
+    (The kernel watches the thread that started the server: ``relay serve`` and the tests start it on
+    the main thread.)"""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return set_parent_death_signal
