@@ -11,22 +11,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import fcntl
-import ipaddress
 import json
 import logging
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -37,6 +32,14 @@ from adapters.redis.binary import (
     bundled_valkey_binary,
     find_server_binary,
     probe_binary,
+)
+from adapters.redis.process import (
+    die_with_parent,
+    log_tail,
+    normalize_host,
+    pick_free_port,
+    port_is_free,
+    probe_server,
 )
 
 __all__ = [
@@ -56,87 +59,6 @@ LOG_FILE = "server.log"
 
 _APPENDFSYNC = ("always", "everysec", "no")
 _MAX_PORT_ATTEMPTS = 5
-_LOG_TAIL_LINES = 20
-
-
-def _normalize_host(host: str) -> str:
-    if host == "localhost":
-        return "127.0.0.1"
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        raise ValueError(f"host must be a loopback IP address, got {host!r}") from None
-    if not addr.is_loopback:
-        raise ValueError(f"refusing to bind the embedded Redis to non-loopback address {host!r}")
-    return str(addr)
-
-
-def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def _port_is_free(host: str, port: int) -> bool:
-    # SO_REUSEADDR mirrors what redis does, so TIME_WAIT leftovers don't count as "taken".
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _pick_free_port(host: str) -> int:
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
-def _read_reply_line(sock: socket.socket, buf: bytearray) -> bytes:
-    while b"\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    line, _, rest = bytes(buf).partition(b"\r\n")
-    buf[:] = rest
-    return line
-
-
-def _probe_server(host: str, port: int, timeout: float) -> int | None:
-    """PING the server; if it answers PONG, return the process_id from INFO server, else None."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            buf = bytearray()
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            if _read_reply_line(sock, buf) != b"+PONG":
-                return None  # e.g. -LOADING while the AOF is replayed
-            sock.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
-            header = _read_reply_line(sock, buf)
-            if not header.startswith(b"$"):
-                return None
-            size = int(header[1:])
-            while len(buf) < size:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return None
-                buf += chunk
-            m = re.search(rb"^process_id:(\d+)", bytes(buf[:size]), re.MULTILINE)
-            return int(m.group(1)) if m else None
-    except (OSError, ValueError):
-        return None
-
-
-def _tail(path: Path, offset: int = 0, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except OSError:
-        return "(no server log)"
-    text = data.decode("utf-8", "replace").rstrip()
-    return "\n".join(text.splitlines()[-lines:]) or "(server log is empty)"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,7 +89,7 @@ class EmbeddedRedis:
             raise ValueError(f"invalid port {port}")
         if isinstance(extra_args, str):
             raise TypeError("extra_args must be a sequence of strings, not a string")
-        self._host = _normalize_host(host)
+        self._host = normalize_host(host)
         self._data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
         self._requested_port = port
         self._port: int | None = port
@@ -251,15 +173,15 @@ class EmbeddedRedis:
             if port is None and self._data_dir is not None:
                 port = self._remembered_port()
             self._lock_data_dir()
-            if fixed and port is not None and not _port_is_free(self._host, port):
+            if fixed and port is not None and not port_is_free(self._host, port):
                 self._unlock_data_dir()
                 self._cleanup_tmpdir()
                 raise RuntimeError(f"cannot start embedded redis: {self._host}:{port} is already in use")
             deadline = time.monotonic() + timeout
             last_error = ""
             for _ in range(_MAX_PORT_ATTEMPTS):
-                if port is None or (not fixed and not _port_is_free(self._host, port)):
-                    port = _pick_free_port(self._host)
+                if port is None or (not fixed and not port_is_free(self._host, port)):
+                    port = pick_free_port(self._host)
                 outcome, detail = self._spawn_and_wait(port, deadline)
                 if outcome == "ok":
                     self._note_owner()
@@ -373,7 +295,7 @@ class EmbeddedRedis:
                     close_fds=True,
                     pass_fds=() if self._lock_fd is None else (self._lock_fd,),
                     start_new_session=True,
-                    preexec_fn=_die_with_parent(),
+                    preexec_fn=die_with_parent(),
                 )
             except OSError as exc:
                 return "error", f"cannot start {cmd[0]}: {exc}"
@@ -384,24 +306,24 @@ class EmbeddedRedis:
             rc = proc.poll()
             if rc is not None:
                 self._proc = None
-                tail = _tail(log_path, offset)
+                tail = log_tail(log_path, offset)
                 outcome = "port-in-use" if "Address already in use" in tail else "error"
                 return outcome, f"{what} exited with code {rc} during start-up; log tail:\n{tail}"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._kill_and_wait(proc)
                 self._proc = None
-                tail = _tail(log_path, offset)
+                tail = log_tail(log_path, offset)
                 return "error", f"{what} did not answer PING in time; log tail:\n{tail}"
             # Checking the PID guards against some other server already listening on this port.
-            if _probe_server(self._host, port, timeout=min(0.5, remaining)) == proc.pid:
+            if probe_server(self._host, port, timeout=min(0.5, remaining)) == proc.pid:
                 return "ok", ""
             time.sleep(min(delay, max(remaining, 0.0)))
             delay = min(delay * 2, 0.05)
 
     # The data dir is locked with flock(2) on a file whose descriptor the server inherits: while a
     # server started from it runs, a later start refuses instead of running a second server on the
-    # same append-only files. (A server whose starter died is told to exit: ``_die_with_parent``.)
+    # same append-only files. (A server whose starter died is told to exit: ``die_with_parent``.)
     def _lock_data_dir(self) -> None:
         if self._data_dir is None or self._lock_fd is not None:
             return
@@ -504,29 +426,3 @@ class EmbeddedRedis:
         if self._atexit_registered:
             atexit.unregister(self._atexit_stop)
             self._atexit_registered = False
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """On Linux: a ``preexec_fn`` that makes the kernel SIGTERM the server when the process that
-    started it dies, SIGKILL and the OOM killer included. An orphaned server would otherwise keep
-    running and keep its data dir locked, so ``relay serve`` could not start again until someone
-    killed it by hand; on SIGTERM it flushes its append-only file and exits, releasing the lock.
-    (The kernel watches the thread that started the server: ``relay serve`` and the tests start it on
-    the main thread.)"""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def set_parent_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return set_parent_death_signal
