@@ -115,10 +115,29 @@ async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
             server_header=False,
         )
         server = uvicorn.Server(config)
+        if settings.key_file is not None and hasattr(signal, "SIGHUP"):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, app, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
         log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
         await server.serve()
     log.info("relay stopped")
+
+
+def _reload_key_file(app: object, settings: ServeSettings) -> None:
+    """SIGHUP: read the key file again and verify with it from the next request on. A file that does
+    not load (bad permissions, a malformed line, ...) is refused and the keys in use stay."""
+    from broker.front.key_file import KeyFileError, load_key_file
+
+    auth = getattr(getattr(app, "state", None), "agent_auth", None)
+    if auth is None or settings.key_file is None:
+        return
+    try:
+        keyring = load_key_file(settings.key_file)
+    except (KeyFileError, OSError) as exc:
+        log.error("key file not reloaded, the keys in use stay: %s", exc)
+        return
+    auth.use(keyring)
+    log.info("key file reloaded: signing with %s, verifying %s", keyring.signing_kid, ", ".join(keyring.kids))
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -62,8 +62,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--agent-mcp-key-file",
         type=Path,
         dest="key_file",
-        help="signing key for agent tokens (see `relay keygen`); without it /mcp/agent is not served "
-        "[RELAY_AGENT_MCP_KEY_FILE]",
+        help="signing key for agent tokens (see `relay keygen`), read again on SIGHUP; without it "
+        "/mcp/agent is not served [RELAY_AGENT_MCP_KEY_FILE]",
     )
     parser.add_argument(
         "--data-dir",

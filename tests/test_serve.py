@@ -18,9 +18,9 @@ import pytest
 
 from adapters.redis.server import LOCK_FILE, EmbeddedRedis
 from broker.front.key_file import load_key_file
-from broker.front.tokens import agent_headers
+from broker.front.tokens import agent_headers, generate_key
 from tests.front_support import free_port, key_file, running_front
-from tests.processes import REGISTER, ServeProcess, call_tool_sync, ok_sync, run_relay
+from tests.processes import MCP_HEADERS, REGISTER, ServeProcess, call_tool_sync, ok_sync, run_relay
 
 
 @pytest.fixture
@@ -111,6 +111,54 @@ def test_a_killed_serve_takes_its_embedded_server_along_and_starts_again(
     got = ok_sync(url, alice, "FetchAgentInbox", {"limit": 16})["envelopes"]
     assert [e["id"] for e in got] == [sent["id"]]
     assert second.stop() == 0
+
+
+def test_sighup_reloads_the_key_file_for_rotation_without_a_restart(
+    tmp_path: Path, serve_factory: Any
+) -> None:
+    """Rotation by SIGHUP: new key first (old tokens still verify, new ones too), old key removed
+    (its tokens refused at once); a key file that does not load keeps the keys in use."""
+    old_key, new_key = generate_key(), generate_key()
+    path = tmp_path / "relay.key"
+
+    def write(*lines: str) -> None:
+        path.write_text("".join(f"{line}\n" for line in lines))
+        path.chmod(0o600)
+
+    write(old_key)
+    serve = serve_factory("--data-dir", str(tmp_path / "data"), "--agent-mcp-key-file", str(path))
+    serve.start()
+    old = agent_headers(load_key_file(path), "alice", "a-1")
+    write(new_key, old_key)
+    new = agent_headers(load_key_file(path), "alice", "a-1")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+    def statuses() -> tuple[int, ...]:
+        with httpx2.Client(timeout=10) as http:
+            return tuple(
+                http.post(serve.url, json=body, headers={**MCP_HEADERS, **headers}).status_code
+                for headers in (old, new)
+            )
+
+    def reload(expect: str) -> None:
+        count = serve.log.read_text().count(expect)
+        assert serve.proc is not None
+        serve.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while serve.log.read_text().count(expect) == count:
+            assert time.monotonic() < deadline, serve.log.read_text()
+            time.sleep(0.02)
+
+    assert statuses() == (200, 401)  # the file on disk changed, the worker has not read it yet
+    reload("key file reloaded")
+    assert statuses() == (200, 200)
+    write(new_key)
+    reload("key file reloaded")
+    assert statuses() == (401, 200)
+    path.chmod(0o644)  # refused: group/other-readable
+    reload("key file not reloaded")
+    assert statuses() == (401, 200)
+    assert serve.stop() == 0
 
 
 def test_without_a_key_file_the_agent_endpoint_is_not_served(tmp_path: Path, serve_factory: Any) -> None:

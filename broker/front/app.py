@@ -108,8 +108,9 @@ def create_app(
 
     if endpoint is not None and keyring is not None:
         # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
-        route = Route(MCP_PATH, endpoint=PostOnly(AgentAuthMiddleware(endpoint, keyring)))
-        app.router.routes.insert(0, route)
+        auth = AgentAuthMiddleware(endpoint, keyring)
+        app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
+        app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(auth)))
     return app
 
 

@@ -75,10 +75,17 @@ class AgentAuthMiddleware:
     def __init__(self, app: ASGIApp, keyring: KeyRing) -> None:
         self.app = app
         self.keyring = keyring
+        """Replaced as a whole by ``use`` (a key ring is immutable): each request reads it once."""
         # Building the SDK's user (a pydantic model) cost ~3 µs a request, and an agent repeats the same
         # identity on every call. Identities are immutable, so one user serves each; expiry is not
         # cached here, the key ring checks it again before this is reached.
         self._users: dict[AgentIdentity, AuthenticatedUser] = {}
+
+    def use(self, keyring: KeyRing) -> None:
+        """Verify with ``keyring`` from the next request on (a reloaded key file): tokens of keys it
+        no longer lists are refused at once, since the verified-token cache lives in the old ring."""
+        self.keyring = keyring
+        self._users = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
