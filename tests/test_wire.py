@@ -174,7 +174,7 @@ async def test_calls_waiting_for_a_busy_connection_time_out_too() -> None:
     pipeline._dialer = _SilentDialer()  # type: ignore[assignment]
     started = asyncio.get_running_loop().time()
     results = await asyncio.wait_for(
-        asyncio.gather(*(pipeline._roundtrip([b"PING"], 1) for _ in range(5)), return_exceptions=True), 5
+        asyncio.gather(*(pipeline._roundtrip(b"PING", 1) for _ in range(5)), return_exceptions=True), 5
     )
     assert all(isinstance(r, RedisTimeoutError) for r in results), results
     assert asyncio.get_running_loop().time() - started < 0.6  # one timeout, not one per queued call

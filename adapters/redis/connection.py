@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -173,6 +173,15 @@ def pack_args(args: Sequence[str | int]) -> bytes:
     return b"".join(out)
 
 
+def _evalsha_commands(calls: Iterable[tuple[AsyncScript, int, bytes]]) -> bytes:
+    """``EVALSHA sha <count values>`` for each call, its values already encoded in ``packed``."""
+    parts: list[bytes] = []
+    for script, count, packed in calls:
+        parts.append(_evalsha_head(script.sha, count))
+        parts.append(packed)
+    return b"".join(parts)
+
+
 def _evalsha_head(sha: str, count: int) -> bytes:
     """The start of ``EVALSHA sha <count values>``; the packed values follow."""
     return b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%b\r\n" % (count + 2, len(sha), sha.encode())
@@ -264,24 +273,16 @@ class AutoPipeline:
         False when that is not possible; the caller then takes the path that can wait and connect."""
         if self._dialer is None or self._in_use >= self._max_connections:
             return False
-        connection = None
-        while self._idle:
-            candidate = self._idle.pop()
-            if not candidate.closed:  # a server restart closed the others: EOF marks them
-                connection = candidate
-                break
+        connection = self._take_idle()
         if connection is None:
             return False
-        parts: list[bytes] = []
-        for script, count, packed, _ in calls:
-            parts.append(_evalsha_head(script.sha, count))
-            parts.append(packed)
+        data = _evalsha_commands((script, count, packed) for script, count, packed, _ in calls)
         self._in_use += 1
         self._busy += 1
         timer = asyncio.get_running_loop().call_later(self._timeout, self._expire, connection)
         self._timers[connection] = timer
         try:
-            connection.request_into(b"".join(parts), [call[3] for call in calls], self._settled)
+            connection.request_into(data, [call[3] for call in calls], self._settled)
         except RedisConnectionError:
             self._settled(connection, False)
             return False
@@ -292,40 +293,43 @@ class AutoPipeline:
         if timer is not None:
             timer.cancel()
         self._busy -= 1
-        if ok and not connection.closed and not self._closing:
-            self._idle.append(connection)
-        elif self._closing:
-            connection.fail(RedisConnectionError("the relay is closing"))
+        if ok:
+            self._give_back(connection)
         self._release_slot()
+
+    def _take_idle(self) -> WireProtocol | None:
+        while self._idle:
+            candidate = self._idle.pop()
+            if not candidate.closed:  # a server restart closed the others: EOF marks them
+                return candidate
+        return None
+
+    def _give_back(self, connection: WireProtocol) -> None:
+        """Keep a connection whose round trip ended well for the next one, unless closing."""
+        if self._closing:
+            connection.fail(RedisConnectionError("the relay is closing"))
+        elif not connection.closed:
+            self._idle.append(connection)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._busy -= 1
         self._running.discard(task)
 
-    async def _roundtrip(self, commands: list[bytes], count: int) -> list[Any]:
-        """Write ``commands`` (the parts of ``count`` commands) at once and read ``count`` replies."""
+    async def _roundtrip(self, data: bytes, count: int) -> list[Any]:
+        """Write ``data`` (``count`` commands) at once and read ``count`` replies."""
         if self._dialer is None:
-            return await self._roundtrip_pooled(commands, count)
+            return await self._roundtrip_pooled(data, count)
         await self._take_slot()
         connection = None
         try:
-            while self._idle:
-                candidate = self._idle.pop()
-                if not candidate.closed:  # a server restart closed the others: EOF marks them
-                    connection = candidate
-                    break
-            if connection is None:
-                connection = await self._dialer.connect()
-            futures = connection.request(b"".join(commands), count)
+            connection = self._take_idle() or await self._dialer.connect()
+            futures = connection.request(data, count)
             timer = asyncio.get_running_loop().call_later(self._timeout, self._expire, connection)
             try:
                 replies = [await future for future in futures]
             finally:
                 timer.cancel()
-            if self._closing:
-                connection.fail(RedisConnectionError("the relay is closing"))
-            else:
-                self._idle.append(connection)
+            self._give_back(connection)
             connection = None
             return replies
         finally:
@@ -359,7 +363,7 @@ class AutoPipeline:
     def _expire(self, connection: WireProtocol) -> None:
         connection.fail(self._timed_out())
 
-    async def _roundtrip_pooled(self, commands: list[bytes], count: int) -> list[Any]:
+    async def _roundtrip_pooled(self, data: bytes, count: int) -> list[Any]:
         pool = self._client.connection_pool
         connection = None
         try:
@@ -370,7 +374,7 @@ class AutoPipeline:
             async with asyncio.timeout(self._timeout) as deadline:
                 connection = await pool.get_connection()  # type: ignore[no-untyped-call]
                 deadline.reschedule(asyncio.get_running_loop().time() + self._timeout)
-                await connection.send_packed_command(b"".join(commands))
+                await connection.send_packed_command(data)
                 replies: list[Any] = []
                 for _ in range(count):
                     try:
@@ -394,11 +398,7 @@ class AutoPipeline:
         return RedisTimeoutError(f"no reply from the message store within {self._timeout}s")
 
     async def _execute(self, calls: Sequence[tuple[AsyncScript, int, bytes]]) -> list[Any]:
-        parts: list[bytes] = []
-        for script, count, packed in calls:
-            parts.append(_evalsha_head(script.sha, count))
-            parts.append(packed)
-        replies = await self._roundtrip(parts, len(calls))
+        replies = await self._roundtrip(_evalsha_commands(calls), len(calls))
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
@@ -407,12 +407,7 @@ class AutoPipeline:
                         script.sha = await self._client.script_load(script.script)
                 except TimeoutError:
                     raise self._timed_out() from None
-            parts = []
-            for i in missing:
-                script, count, packed = calls[i]
-                parts.append(_evalsha_head(script.sha, count))
-                parts.append(packed)
-            again = await self._roundtrip(parts, len(missing))
+            again = await self._roundtrip(_evalsha_commands(calls[i] for i in missing), len(missing))
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
