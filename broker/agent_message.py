@@ -114,14 +114,7 @@ class AgentMessageContract:
             and fields.keys() <= _FIELD_NAMES
             and all(isinstance(value, str) for value in fields.values())
         ):  # the usual case, exactly what the checks below accept when they find no problem
-            message = AgentMessage(kind=kind, text=fields["text"])
-            in_reply_to = fields.get("in_reply_to")
-            if in_reply_to is not None:
-                message.in_reply_to = in_reply_to
-            reference = fields.get("reference")
-            if reference is not None:
-                message.reference = reference
-            return message
+            return _stored_message(kind, fields["text"], fields)
         problems: list[Violation] = []
         for key, value in fields.items():
             if key in RESERVED_FIELDS:
@@ -141,14 +134,7 @@ class AgentMessageContract:
             problems.append(Violation("text", "fields", "stored message has no text field"))
         if problems or kind is None or text is None:
             raise ContractViolation(problems)
-        message = AgentMessage(kind=kind, text=text)
-        in_reply_to = fields.get("in_reply_to")
-        if in_reply_to is not None:
-            message.in_reply_to = in_reply_to
-        reference = fields.get("reference")
-        if reference is not None:
-            message.reference = reference
-        return message
+        return _stored_message(kind, text, fields)
 
     def to_json(self, body: AgentMessage) -> dict[str, object]:
         data: dict[str, object] = {"kind": int(body.kind), "text": body.text}
@@ -235,6 +221,17 @@ def _passes_pinned_rules(body: AgentMessage) -> bool:
     if body.HasField("reference"):  # 1 to 2048 characters when set
         return 1 <= len(body.reference) <= _MAX_REFERENCE_CHARS
     return True
+
+
+def _stored_message(kind: Kind.ValueType, text: str, fields: Mapping[str, str]) -> AgentMessage:
+    message = AgentMessage(kind=kind, text=text)
+    in_reply_to = fields.get("in_reply_to")
+    if in_reply_to is not None:
+        message.in_reply_to = in_reply_to
+    reference = fields.get("reference")
+    if reference is not None:
+        message.reference = reference
+    return message
 
 
 def _parse_kind(value: object, problems: list[Violation]) -> Kind.ValueType | None:
