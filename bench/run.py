@@ -208,6 +208,19 @@ async def core_bench(
         acked: set[str] = set()
         counters = {"sent": 0, "seq": 0}
 
+        def count(got: list[Any], done: Any, result: Result, now: float | None) -> None:
+            """Tally acknowledged messages (with their latency when ``now`` is given) and duplicates."""
+            ok = set(done.acknowledged)
+            for envelope in got:
+                uid = uid_of(envelope.message.text)
+                if uid in acked:
+                    result.duplicated += 1
+                elif envelope.id in ok:
+                    acked.add(uid)
+                    result.messages += 1
+                    if now is not None:
+                        result.latency.append(now - sent_at[uid])
+
         async def cycle(k: int, result: Result) -> None:
             sender, recipient = pairs[k]
             for _ in range(BATCH if batched else 1):
@@ -219,16 +232,7 @@ async def core_bench(
                 counters["sent"] += 1
             got = await relay.fetch(recipient, BATCH if batched else 1, session=f"sess-{recipient}")
             done = await relay.ack(recipient, [e.id for e in got], session=f"sess-{recipient}")
-            now = time.perf_counter()
-            ok = set(done.acknowledged)
-            for envelope in got:
-                uid = uid_of(envelope.message.text)
-                if uid in acked:
-                    result.duplicated += 1
-                elif envelope.id in ok:
-                    acked.add(uid)
-                    result.latency.append(now - sent_at[uid])
-                    result.messages += 1
+            count(got, done, result, time.perf_counter())
 
         async def loop(k: int, deadline: float, result: Result) -> None:
             while time.perf_counter() < deadline:
@@ -239,14 +243,7 @@ async def core_bench(
                 if not got:
                     break
                 done = await relay.ack(pairs[k][1], [e.id for e in got], session=f"sess-{pairs[k][1]}")
-                ok = set(done.acknowledged)
-                for envelope in got:
-                    uid = uid_of(envelope.message.text)
-                    if uid in acked:
-                        result.duplicated += 1
-                    elif envelope.id in ok:
-                        acked.add(uid)
-                        result.messages += 1
+                count(got, done, result, None)
 
         warm = Result("warm", 0, 0)
         await asyncio.gather(*(cycle(k, warm) for k in range(concurrency)))
