@@ -215,6 +215,28 @@ def run_tool(
     )
 
 
+def with_mail(
+    http: httpx2.Client,
+    threaded: ThreadedFront,
+    store: redis.Redis,
+    agent: str,
+    sender: str,
+    *,
+    at_least: int,
+    send: int,
+) -> tuple[dict[str, str], dict[str, str], Keys]:
+    """Register ``agent`` and ``sender``; when ``agent``'s inbox holds fewer than ``at_least``
+    envelopes, ``sender`` sends it ``send`` more. Returns both agents' headers and the keys."""
+    me = register(http, threaded, agent, "s1")
+    other = register(http, threaded, sender, "s1")
+    keys = Keys(threaded.prefix)
+    if store.xlen(keys.inbox(agent)) < at_least:
+        for i in range(send):
+            message = {"to": agent, "message": {"kind": 1, "text": f"#{i}"}}
+            assert run_tool(http, threaded, other, "SendAgentMessage", message)[0] == "ok"
+    return me, other, keys
+
+
 def tool_accepts_message(data: object) -> AgentMessage | None:
     """The front reads a message exactly as the contract does (its JSON reading, then its rules)."""
     return contract_accepts(data)
@@ -329,13 +351,7 @@ OTHER_TYPES = st.one_of(
 def test_fetch_returns_at_most_limit_of_the_callers_own_envelopes_oldest_first(
     threaded: ThreadedFront, store: redis.Redis, http: httpx2.Client, arguments: dict[str, Any]
 ) -> None:
-    me = register(http, threaded, "prop-fetch", "s1")
-    other = register(http, threaded, "prop-other", "s1")
-    keys = Keys(threaded.prefix)
-    if store.xlen(keys.inbox("prop-fetch")) < 5:
-        for i in range(10):
-            message = {"to": "prop-fetch", "message": {"kind": 1, "text": f"#{i}"}}
-            assert run_tool(http, threaded, other, "SendAgentMessage", message)[0] == "ok"
+    me, _other, keys = with_mail(http, threaded, store, "prop-fetch", "prop-other", at_least=5, send=10)
     entries: list[tuple[str, dict[str, str]]] = store.xrange(keys.inbox("prop-fetch"))  # type: ignore[assignment]
     stored = [entry_id for entry_id, _ in entries]
     before = store.xlen(keys.inbox("prop-fetch"))
@@ -365,13 +381,7 @@ def test_fetch_returns_at_most_limit_of_the_callers_own_envelopes_oldest_first(
 def test_acknowledge_removes_exactly_the_callers_delivered_envelopes(
     threaded: ThreadedFront, store: redis.Redis, http: httpx2.Client, data: st.DataObject
 ) -> None:
-    me = register(http, threaded, "prop-ack", "s1")
-    other = register(http, threaded, "prop-sender", "s1")
-    keys = Keys(threaded.prefix)
-    if store.xlen(keys.inbox("prop-ack")) < 4:
-        for i in range(8):
-            message = {"to": "prop-ack", "message": {"kind": 1, "text": f"#{i}"}}
-            assert run_tool(http, threaded, other, "SendAgentMessage", message)[0] == "ok"
+    me, other, keys = with_mail(http, threaded, store, "prop-ack", "prop-sender", at_least=4, send=8)
     outcome, fetched = run_tool(http, threaded, me, "FetchAgentInbox", {"limit": 4})
     assert outcome == "ok"
     delivered = [e["id"] for e in fetched["envelopes"]]
