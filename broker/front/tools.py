@@ -79,10 +79,8 @@ class AgentTool:
         ``required``), before any value is looked at."""
         for name in arguments:
             if name not in self._allowed:
-                shown = name[:64].encode("unicode_escape").decode("ascii")
-                raise InvalidArgument(
-                    shown, "unknown_field", f"unknown argument; {self.name} takes {sorted(self._allowed)}"
-                )
+                takes = f"unknown argument; {self.name} takes {sorted(self._allowed)}"
+                raise InvalidArgument(_shown(name), "unknown_field", takes)
         for name in self._required:
             if name not in arguments:
                 raise InvalidArgument(name, "required", f"{self.name} needs this argument")
@@ -122,7 +120,7 @@ def build_mcp_server(
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> CallToolResult:
         tool = tools.get(params.name)
         if tool is None:
-            shown = params.name[:64].encode("unicode_escape").decode("ascii")
+            shown = _shown(params.name)
             raise MCPError(code=INVALID_PARAMS, message=f"unknown tool {shown!r}; see tools/list")
         who = _identity(ctx)
         arguments = params.arguments or {}
@@ -173,7 +171,7 @@ def relay_tools(relay: Relay[AgentMessage], *, max_wait: float) -> list[AgentToo
             sent = await relay.send(who.agent, to, body, session=who.session)
         except RelayError as exc:
             # `to` is unchecked input here: escaped and cut, so it cannot forge or flood log lines
-            shown = to[:64].encode("unicode_escape").decode("ascii") if isinstance(to, str) else "?"
+            shown = _shown(to) if isinstance(to, str) else "?"
             log.info("send refused", extra={"from": who.agent, "to": shown, "outcome": exc.code})
             raise
         if log.isEnabledFor(logging.INFO):
@@ -280,6 +278,11 @@ def _identity(ctx: ServerRequestContext[Any, Any]) -> AgentIdentity:
             code=INVALID_REQUEST, message="unauthenticated: this endpoint needs the three relay headers"
         )
     return identity
+
+
+def _shown(text: str) -> str:
+    """Client text cut and escaped for errors and log lines, so it cannot forge or flood them."""
+    return text[:64].encode("unicode_escape").decode("ascii")
 
 
 def _string(arguments: Mapping[str, Any], name: str) -> str:
