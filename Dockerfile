@@ -16,6 +16,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY adapters ./adapters
+COPY relay ./relay
 RUN /opt/relay/bin/pip install . && /opt/relay/bin/relay --help > /dev/null
 
 FROM python:${PYTHON_VERSION}-slim

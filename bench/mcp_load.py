@@ -30,7 +30,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from broker.front.auth import agent_headers, load_key_file
+from broker.front.key_file import load_key_file
+from broker.front.tokens import agent_headers
 
 BATCH = 16
 TEXT_BYTES = 300

@@ -1,7 +1,7 @@
 """``relay serve`` plus one bench-only tool, ``NoOp``: the MCP ceiling on the very same server.
 
 Run exactly like the product (``python bench/noop_worker.py serve --redis-url ... --port ...``): the
-real ``broker.cli`` entry point, the real app from ``broker.front.app.create_app`` with the four relay
+real ``relay.cli`` entry point, the real app from ``broker.front.app.create_app`` with the four relay
 tools, the auth middleware and the same uvicorn settings. The only difference is one extra tool that
 does nothing, dispatched exactly like the relay tools (same server, same identity lookup, same argument
 name check, same error handling), so a call to it costs what the HTTP + auth + MCP SDK layers cost and
@@ -18,9 +18,9 @@ from mcp.server.lowlevel import Server
 from mcp.types import CallToolResult, TextContent
 
 import broker.front.app as front_app
-from broker.cli import main
-from broker.front.auth import AgentIdentity
+from broker.front.tokens import AgentIdentity
 from broker.front.tools import AgentTool, build_mcp_server
+from relay.cli import main
 
 NOOP_TOOL = "NoOp"
 
@@ -38,8 +38,8 @@ NOOP = AgentTool(
 )
 
 
-def build_with_noop(relay: Any, *, max_wait: float) -> Server[Any]:
-    return build_mcp_server(relay, max_wait=max_wait, extra_tools=[NOOP])
+def build_with_noop(relay: Any) -> Server[Any]:
+    return build_mcp_server(relay, extra_tools=[NOOP])
 
 
 front_app.build_mcp_server = build_with_noop

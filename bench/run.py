@@ -45,11 +45,11 @@ from typing import Any
 from redis.asyncio import Redis
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
-from adapters.providers import ClaudeCodeAddress
 from adapters.redis import GROUP, RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.server import EmbeddedRedis
+from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
-from broker.front.auth import generate_key
+from broker.front.tokens import generate_key
 from broker.relay import Relay
 
 HERE = Path(__file__).resolve().parent

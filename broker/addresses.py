@@ -1,18 +1,22 @@
-"""Typed agent addresses.
+"""Typed agent addresses: the provider types and the rules of their endpoints.
 
-An address is a provider's type: the type alone fixes the tier a message to or from it travels. The
-concrete provider types live in ``adapters.providers``; the core only knows the shape every address
-shares and how to look a provider up by name.
+An address is a provider's type: the type alone fixes the tier a message to or from it travels
+(``workbench`` in-process, ``claudecode`` host, ``remote`` network). ``Providers`` is the set of
+provider names a front accepts; ``parse`` refuses an endpoint its provider's type does not admit.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
+from urllib.parse import urlsplit
 
 from broker.envelope import Tier
 from broker.errors import InvalidAddress
+from broker.ids import SESSION_ID_PATTERN
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +63,148 @@ class Providers:
         if len(endpoint) > 2048:
             raise InvalidAddress("endpoint", "endpoint.max_len", "must be at most 2048 characters")
         return self._types[provider].parse(endpoint)
+
+
+_SESSION_RE: Final = re.compile(SESSION_ID_PATTERN)
+_HOSTNAME_RE: Final = re.compile(
+    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+_UNIX_PATH_MAX: Final = 107  # sun_path holds 108 bytes including the terminating NUL
+
+
+@dataclass(frozen=True, slots=True)
+class WorkbenchAddress(Address):
+    """An in-process Workbench session; the endpoint names that session."""
+
+    provider: ClassVar[str] = "workbench"
+    tier: ClassVar[Tier] = Tier.IN_PROCESS
+
+    @classmethod
+    def parse(cls, endpoint: str) -> Self:
+        if _SESSION_RE.fullmatch(endpoint) is None:
+            raise InvalidAddress(
+                "endpoint",
+                "workbench.session",
+                f"{endpoint!r} is not a Workbench session name: use 1-128 ASCII letters, digits, "
+                "'.', '_' or '-'",
+            )
+        return cls(endpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeCodeAddress(Address):
+    """A Claude Code session on this host: a loopback ``host:port`` or ``unix:/absolute/path``."""
+
+    provider: ClassVar[str] = "claudecode"
+    tier: ClassVar[Tier] = Tier.HOST
+
+    @classmethod
+    def parse(cls, endpoint: str) -> Self:
+        if endpoint.startswith("unix:"):
+            path = endpoint[5:]
+            if not path.startswith("/") or "\x00" in path or len(path.encode()) > _UNIX_PATH_MAX:
+                raise InvalidAddress(
+                    "endpoint",
+                    "claudecode.unix_path",
+                    f"{endpoint!r}: a unix endpoint is 'unix:' followed by an absolute path of at most "
+                    f"{_UNIX_PATH_MAX} bytes",
+                )
+            return cls(endpoint)
+        host, port = _split_host_port(endpoint)
+        if host is None or port is None or not is_loopback_host(host):
+            raise InvalidAddress(
+                "endpoint",
+                "claudecode.loopback",
+                f"{endpoint!r} is not a host-tier endpoint: use 127.0.0.1:PORT (any 127.0.0.0/8), "
+                "[::1]:PORT, localhost:PORT or unix:/absolute/path",
+            )
+        return cls(endpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteAddress(Address):
+    """An agent on another machine: a non-loopback ``host:port`` or an ``https://`` URL."""
+
+    provider: ClassVar[str] = "remote"
+    tier: ClassVar[Tier] = Tier.NETWORK
+
+    @classmethod
+    def parse(cls, endpoint: str) -> Self:
+        host: str | None
+        if endpoint.startswith("https://"):
+            try:
+                parts = urlsplit(endpoint)
+                host = parts.hostname
+                _ = parts.port
+            except ValueError:
+                host = None
+            if host is not None and (parts.username or parts.password):
+                host = None
+            if host is not None and ":" in host:
+                host = f"[{host}]"
+        else:
+            host, port = _split_host_port(endpoint)
+            if port is None:
+                host = None
+        if host is None or not _is_host(host) or is_loopback_host(host) or _is_unspecified(host):
+            raise InvalidAddress(
+                "endpoint",
+                "remote.network",
+                f"{endpoint!r} is not a network endpoint: use a non-loopback host:port or an https:// URL",
+            )
+        return cls(endpoint)
+
+
+def default_providers() -> Providers:
+    """The providers relay accepts out of the box."""
+    return Providers([WorkbenchAddress, ClaudeCodeAddress, RemoteAddress])
+
+
+def host_providers() -> Providers:
+    """What the agent MCP endpoint accepts: host-tier addresses only."""
+    return Providers([ClaudeCodeAddress])
+
+
+def _split_host_port(endpoint: str) -> tuple[str | None, int | None]:
+    if endpoint.startswith("["):
+        close = endpoint.find("]")
+        if close < 0 or endpoint[close + 1 : close + 2] != ":":
+            return None, None
+        host, port_text = endpoint[: close + 1], endpoint[close + 2 :]
+    else:
+        host, sep, port_text = endpoint.rpartition(":")
+        if not sep or not host:
+            return None, None
+    if not port_text.isdigit() or not port_text.isascii() or not 1 <= int(port_text) <= 65535:
+        return host, None
+    return host, int(port_text)
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _is_host(host: str) -> bool:
+    if host.startswith("["):
+        return isinstance(_ip(host), ipaddress.IPv6Address)
+    return _ip(host) is not None or _HOSTNAME_RE.fullmatch(host) is not None
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (IPv6 with or without brackets): the one
+    loopback rule for endpoints, listen addresses and the embedded server."""
+    if host.lower() == "localhost":
+        return True
+    ip = _ip(host)
+    if host.startswith("[") and not isinstance(ip, ipaddress.IPv6Address):
+        return False
+    return ip is not None and ip.is_loopback
+
+
+def _is_unspecified(host: str) -> bool:
+    ip = _ip(host)
+    return ip is not None and ip.is_unspecified

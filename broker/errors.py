@@ -1,7 +1,8 @@
 """One error hierarchy for relay.
 
-Every refusal is a ``RelayError`` subclass with a stable ``code``. The front maps codes to HTTP and MCP
-errors in one table (``broker.front.errors``); adapters translate storage exceptions at their edge.
+Every refusal is a ``RelayError`` subclass with a stable ``code``; ``error_body`` is the one JSON form
+every front answers with (MCP tool results, Workbench tools). Adapters translate storage exceptions at
+their edge.
 """
 
 from __future__ import annotations
@@ -195,3 +196,16 @@ class InternalError(RelayError):
         self, message: str = "the relay failed unexpectedly; retry, and report it if it persists"
     ) -> None:
         super().__init__(message)
+
+
+def error_body(error: RelayError) -> dict[str, object]:
+    """The JSON every front answers a refusal with: ``{"error": {"code", "message", "retryable", ...}}``
+    plus the error's details (violations, agent, cap, ...)."""
+    return {
+        "error": {
+            "code": error.code,
+            "message": error.message,
+            "retryable": error.retryable,
+            **error.details(),
+        }
+    }

@@ -25,7 +25,11 @@ Body = TypeVar("Body")
 _T = TypeVar("_T")
 
 MAX_FETCH_LIMIT = 256
+"""Envelopes one fetch returns at most."""
 MAX_ACK_IDS = 1024
+"""Envelope ids one acknowledgement takes at most."""
+MAX_WAIT_SECONDS = 25.0
+"""The longest a blocking fetch waits unless a relay is built with another ``max_wait``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +59,7 @@ class Relay(Generic[Body]):
         contract: validates and encodes ``Body``.
         inbox: the inbox store (paired with ``registry``: same backend).
         registry: where registrations live.
-        metrics: the Prometheus registry to export ``csf_relay_*`` on (the seed's ``WithMetrics``);
+        metrics: the Prometheus registry to export ``csf_relay_*`` on;
             a private one when omitted.
         max_wait: the longest a blocking fetch may wait, in seconds; longer waits are capped.
     """
@@ -67,7 +71,7 @@ class Relay(Generic[Body]):
         registry: IRegistry,
         *,
         metrics: CollectorRegistry | None = None,
-        max_wait: float = 25.0,
+        max_wait: float = MAX_WAIT_SECONDS,
     ) -> None:
         self.contract = contract
         self.metrics = RelayMetrics(metrics)

@@ -27,8 +27,8 @@ from collections.abc import AsyncIterator, Mapping
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
 from adapters.memory.delivery import MemoryDeliveryQueue
-from adapters.providers import ClaudeCodeAddress
 from adapters.workbench import SessionMessaging, SessionTool
+from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import KIND_LABELS, AgentMessage, AgentMessageContract, Kind
 from broker.messenger import DeliverySettings, Messenger
 from broker.relay import Relay

@@ -46,9 +46,9 @@ def _environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_relay(*args: str | Path, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m broker ARGS`` to completion (60 s at most); output captured as text."""
+    """Run ``python -m relay ARGS`` to completion (60 s at most); output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "broker", *map(str, args)],
+        [sys.executable, "-m", "relay", *map(str, args)],
         cwd=ROOT,
         env=_environment(env),
         capture_output=True,
@@ -97,7 +97,7 @@ class ServeProcess:
         where = ["--uds", str(self.uds)] if self.uds is not None else ["--port", str(self.port)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker", "serve", *where, *self.args],
+                [sys.executable, "-m", "relay", "serve", *where, *self.args],
                 cwd=ROOT,
                 env=_environment(),
                 stdout=out,

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
-from adapters.providers import ClaudeCodeAddress, RemoteAddress, WorkbenchAddress
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
-from broker.addresses import Address
+from broker.addresses import Address, ClaudeCodeAddress, RemoteAddress, WorkbenchAddress
 from broker.contract import Contract
 from broker.envelope import Tier
 from broker.errors import ContractViolation, Violation

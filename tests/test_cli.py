@@ -1,4 +1,4 @@
-"""Tests for the ``relay`` command, run as ``python -m broker`` in a child process."""
+"""Tests for the ``relay`` command, run as ``python -m relay`` in a child process."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from broker.front.key_file import load_key_file
-from broker.settings import ENVIRONMENT
+from relay.settings import ServeSettings, variable
 from tests.processes import run_relay
+
+ENVIRONMENT = [variable(name) for name in ServeSettings.model_fields]
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
@@ -186,7 +188,7 @@ def test_no_command_is_a_usage_error() -> None:
 
 
 HELP = {
-    None: ["serve", "keygen", "agent-headers", "mcp-config", *ENVIRONMENT],
+    None: ["serve", "keygen", "agent-headers", "mcp-config", "inspect", "dead-letters"],
     "serve": [
         "--host", "--port", "--uds", "--redis-url", "--agent-mcp-key-file", "--data-dir", "--log-format",
         "--log-level", "--inbox-cap", "--send-rate", "--send-burst", "--max-body-bytes", *ENVIRONMENT,

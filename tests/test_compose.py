@@ -16,6 +16,7 @@ import subprocess
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
+from unittest import mock
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -23,9 +24,9 @@ from redis.asyncio import Redis
 
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.keys import Keys
-from broker.cli import build_parser
 from broker.metrics import RelayMetrics
-from broker.settings import ServeSettings, serve_settings
+from relay.cli import build_parser
+from relay.settings import ServeSettings, load
 
 ROOT = Path(__file__).resolve().parents[1]
 yaml = importlib.import_module("yaml")  # PyYAML (dev extra); untyped, so loaded as a plain module
@@ -73,7 +74,8 @@ def worker_settings(service: dict[str, Any]) -> ServeSettings:
     args = build_parser().parse_args(command)  # exits (fails the test) on anything relay refuses
     assert args.command == "serve"
     environ = {**image_env(), **{k: str(v) for k, v in (service.get("environment") or {}).items()}}
-    return serve_settings(args, environ=environ)
+    with mock.patch.dict(os.environ, environ, clear=True):
+        return load(ServeSettings, args)
 
 
 def published(service: dict[str, Any]) -> list[tuple[str, int, int]]:
@@ -129,7 +131,7 @@ def test_keys_ports_and_scrape_targets_line_up() -> None:
         (secret,) = service["secrets"]
         assert secret["source"] in secrets
         assert secrets[secret["source"]] == {"file": "./relay.key"}
-        assert settings.key_file == Path(secret["target"]), name
+        assert settings.agent_mcp_key_file == Path(secret["target"]), name
         assert PurePosixPath(secret["target"]).is_absolute()
         ((ip, host_port, container_port),) = published(service)
         assert ip == "127.0.0.1" and container_port == settings.port, name
@@ -189,7 +191,7 @@ def test_the_dockerfile_builds_a_slim_non_root_image_running_relay() -> None:
 def test_dockerignore_keeps_keys_and_local_state_out_of_the_build_context() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     assert {"*.key", "**/*.key", ".venv/", ".relay/", ".git/"} <= ignored
-    assert not {"broker/", "adapters/", "pyproject.toml", "README.md"} & ignored
+    assert not {"broker/", "adapters/", "relay/", "pyproject.toml", "README.md"} & ignored
 
 
 def exported_metric_names() -> set[str]:

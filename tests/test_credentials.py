@@ -34,7 +34,8 @@ import redis.asyncio as aioredis
 
 from adapters.redis.keys import GROUP, Keys
 from broker.front.app import create_app
-from broker.front.auth import KeyFileError, KeyRing, agent_headers, generate_key, load_key_file
+from broker.front.key_file import KeyFileError, load_key_file
+from broker.front.tokens import KeyRing, agent_headers, generate_key
 from tests.front_support import Front, running_front, serve_app
 from tests.processes import MCP_HEADERS, REGISTER, structured, tool_call_body, tool_result
 from tests.support import unique_prefix

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from adapters.providers import WorkbenchAddress
+from broker.addresses import WorkbenchAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
-from broker.cli_dead_letters import main
 from broker.messenger import DeliverySettings
+from relay.cli import main
 from tests.messenger_support import redis_messengers
 from tests.support import unique_prefix
 
@@ -119,15 +119,14 @@ def test_usage_errors_are_one_line_and_exit_2(
     monkeypatch.delenv("RELAY_REDIS_URL", raising=False)
     assert main(["dead-letters", "list", "builder"]) == 2
     err = capsys.readouterr().err
-    assert (
-        err == "relay: error: dead-letters needs the relay's Redis: pass --redis-url or set RELAY_REDIS_URL\n"
-    )
+    assert err.startswith("relay: error: relay dead-letters needs the Redis that relay serve uses: ")
+    assert "--redis-url" in err and "RELAY_REDIS_URL" in err and err.count("\n") == 1
     assert main(["dead-letters", "list", "Not:Valid", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert capsys.readouterr().err.startswith("relay: error: AGENT: ")
     assert main(["dead-letters", "requeue", "builder", "nope", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert capsys.readouterr().err.startswith("relay: error: ID[0]: ")
     assert main(["dead-letters", "list", "builder", "--redis-url", "http://x"]) == 2
-    assert "is not a Redis URL" in capsys.readouterr().err
+    assert "not a Redis URL" in capsys.readouterr().err
 
 
 def test_an_unreachable_redis_is_a_runtime_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -256,7 +256,7 @@ async def test_every_authentication_failure_is_a_401_naming_its_cause(front: Fro
     token = good["Authorization"].removeprefix("Bearer ")
     expired = front.keyring.mint("alice", "a-1", 60, now=time.time() - 3600)
     foreign = front.headers("alice", "a-1")
-    from broker.front.auth import KeyRing
+    from broker.front.tokens import KeyRing
 
     other = KeyRing([secrets.token_bytes(32)])
     cases: list[tuple[dict[str, str], str]] = [

@@ -30,9 +30,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.front.auth import KeyRing
+from broker.front.tokens import KeyRing
 from broker.ids import AGENT_ID_PATTERN
-from broker.logs import TextFormatter
+from relay.logs import TextFormatter
 from tests.front_support import Front, running_front
 from tests.processes import MCP_HEADERS, REGISTER
 from tests.support import unique_prefix

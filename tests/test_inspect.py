@@ -1,4 +1,4 @@
-"""``relay inspect`` (run as ``python -m broker inspect``) and the inbox gauges on /metrics, on a Redis
+"""``relay inspect`` (run as ``python -m relay inspect``) and the inbox gauges on /metrics, on a Redis
 started for this module with known contents."""
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
-from adapters.providers import ClaudeCodeAddress, WorkbenchAddress
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import Inspector
 from adapters.redis.keys import Keys
 from adapters.redis.server import EmbeddedRedis
 from broker import front
+from broker.addresses import ClaudeCodeAddress, WorkbenchAddress
 from broker.agent_message import AgentMessageContract
-from broker.cli_inspect import human_age
 from broker.front.app import create_app
 from broker.metrics import RelayMetrics
 from broker.relay import Relay
+from relay.commands.inspect import human_age
 from tests.processes import ServeProcess, run_relay, sample
 from tests.support import redis_relays, unique_prefix
 

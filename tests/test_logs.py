@@ -16,7 +16,7 @@ import pytest
 from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import KeyRing, agent_headers
-from broker.logs import JsonFormatter
+from relay.logs import JsonFormatter
 from tests.front_support import key_file
 from tests.processes import REGISTER, ServeProcess, call_tool, ok
 
@@ -137,7 +137,7 @@ def test_json_formatter_keeps_extra_fields_and_exceptions() -> None:
 def test_text_log_fields_cannot_forge_lines() -> None:
     import logging
 
-    from broker.logs import TextFormatter
+    from relay.logs import TextFormatter
 
     record = logging.makeLogRecord(
         {"msg": "send refused", "to": "x\n2026 INFO sent from=alice", "outcome": "ok"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.providers import WorkbenchAddress
+from broker.addresses import WorkbenchAddress
 from broker.envelope import Envelope, Tier
 from broker.messenger import DeliverySettings, Handler, Messenger
 from tests.messenger_support import memory_messengers, redis_messengers

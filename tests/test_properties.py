@@ -23,8 +23,8 @@ import redis
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from adapters.providers import ClaudeCodeAddress, host_providers
 from adapters.redis.keys import Keys
+from broker.addresses import ClaudeCodeAddress, host_providers
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.errors import ContractViolation, InvalidArgument, RelayError
 from broker.ids import (

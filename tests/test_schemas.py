@@ -42,7 +42,7 @@ def test_every_schema_is_a_valid_2020_12_schema_without_indirection(name: str) -
 async def test_the_listing_publishes_the_schemas_of_broker_schemas(front: Front) -> None:
     async with front.client("alice", "a-1") as alice:
         listed = {tool.name: tool for tool in (await alice.list_tools()).tools}
-    local = {tool.name: tool for tool in relay_tools(front.relay, max_wait=25)}
+    local = {tool.name: tool for tool in relay_tools(front.relay)}
     assert (
         set(listed)
         == set(local)
@@ -126,7 +126,7 @@ REFUSED_BY_SCHEMA: list[tuple[str, dict[str, Any]]] = [
 
 
 async def test_what_the_input_schemas_refuse_the_tools_refuse_with_a_structured_error(front: Front) -> None:
-    inputs = {tool.name: tool.input_schema for tool in relay_tools(front.relay, max_wait=25)}
+    inputs = {tool.name: tool.input_schema for tool in relay_tools(front.relay)}
     async with front.client("alice", "a-1") as alice, front.client("bob", "b-1") as bob:
         for client in (alice, bob):
             assert not (await client.call_tool("RegisterAgentAddress", REGISTER)).is_error

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import assert_type
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
-from adapters.providers import ClaudeCodeAddress, WorkbenchAddress
+from broker.addresses import ClaudeCodeAddress, WorkbenchAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Envelope
 from broker.relay import Relay

@@ -14,10 +14,10 @@ from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from adapters.providers import ClaudeCodeAddress
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.server import EmbeddedRedis
 from adapters.redis.wire import WireProtocol
+from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.errors import BackendUnavailable
 from broker.relay import Relay

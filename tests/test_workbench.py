@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from adapters.providers import ClaudeCodeAddress
 from adapters.workbench import SessionMessaging, SessionTool, format_prompt
+from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Envelope, Tier
 from broker.messenger import DeliverySettings, Messenger

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.addresses import is_loopback_host
+
 LOG_TAIL_LINES = 20
 
 
@@ -24,7 +26,7 @@ def normalize_host(host: str) -> str:
         addr = ipaddress.ip_address(host)
     except ValueError:
         raise ValueError(f"host must be a loopback IP address, got {host!r}") from None
-    if not addr.is_loopback:
+    if not is_loopback_host(host):
         raise ValueError(f"refusing to bind the embedded Redis to non-loopback address {host!r}")
     return str(addr)
 

@@ -39,12 +39,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
-from adapters.providers import WorkbenchAddress
 from broker import schemas
+from broker.addresses import WorkbenchAddress
 from broker.agent_message import KIND_LABELS, AgentMessage
 from broker.envelope import Envelope, format_time
-from broker.errors import InvalidArgument, RelayError
-from broker.front.errors import error_body
+from broker.errors import InvalidArgument, RelayError, error_body
 from broker.ids import check_agent_id, check_session_id
 from broker.messenger import Messenger
 

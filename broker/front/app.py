@@ -15,19 +15,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.agent_message import AgentMessage
-from broker.front.auth import AgentAuthMiddleware, KeyRing
+from broker.front.auth import AgentAuthMiddleware
+from broker.front.tokens import KeyRing
 from broker.front.tools import build_mcp_server
 from broker.relay import Relay
 
 log = logging.getLogger("relay.front")
 
 MCP_PATH = "/mcp/agent"
+"""Where the agent MCP endpoint is served."""
+DEFAULT_MAX_BODY_BYTES = 262144
+"""Largest ``/mcp/agent`` request body accepted unless configured otherwise."""
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 READY_TIMEOUT = 2.0
 METRICS_REFRESH_TIMEOUT = 3.0
 
@@ -36,7 +43,7 @@ def create_app(
     relay: Relay[AgentMessage],
     *,
     keyring: KeyRing | None,
-    max_body_bytes: int = 262144,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     allowed_hosts: Sequence[str] | None = None,
     before_metrics: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
@@ -50,32 +57,27 @@ def create_app(
         before_metrics: awaited before each ``/metrics`` render (e.g. refreshing gauges computed from
             Redis), within ``METRICS_REFRESH_TIMEOUT``; a failure is logged and the scrape still served.
     """
-    mcp = build_mcp_server(relay, max_wait=relay.max_wait) if keyring is not None else None
-    endpoint = None
-    if mcp is not None:
-        hosts = (
-            list(allowed_hosts) if allowed_hosts is not None else ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-        )
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=bool(hosts),
-            allowed_hosts=hosts,
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
-        starlette_app = mcp.streamable_http_app(
-            streamable_http_path=MCP_PATH,
-            stateless_http=True,
+    manager = None
+    if keyring is not None:
+        hosts = list(allowed_hosts) if allowed_hosts is not None else list(LOOPBACK_HOSTS)
+        manager = StreamableHTTPSessionManager(
+            app=build_mcp_server(relay),
             json_response=True,
+            stateless=True,
+            security_settings=TransportSecuritySettings(
+                enable_dns_rebinding_protection=bool(hosts),
+                allowed_hosts=hosts,
+                allowed_origins=list(LOOPBACK_ORIGINS),
+            ),
             max_request_body_size=max_body_bytes,
-            transport_security=security,
         )
-        endpoint = next(r for r in starlette_app.routes if isinstance(r, Route) and r.path == MCP_PATH).app
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if mcp is None:
+        if manager is None:
             yield
             return
-        async with mcp.session_manager.run():
+        async with manager.run():
             yield
 
     app = FastAPI(title="relay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -106,9 +108,9 @@ def create_app(
                 log.warning("metrics refresh failed (%s); serving the last figures", reason[:300])
         return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    if endpoint is not None and keyring is not None:
+    if manager is not None and keyring is not None:
         # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
-        auth = AgentAuthMiddleware(endpoint, keyring)
+        auth = AgentAuthMiddleware(manager.handle_request, keyring)
         app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
         app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(auth)))
     return app

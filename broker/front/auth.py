@@ -1,7 +1,6 @@
 """Agent authentication for ``/mcp/agent``: the ASGI middleware that checks every request.
 
-The token format and key ring are in ``broker.front.tokens``, key files in ``broker.front.key_file``;
-their public names are re-exported here so imports from this module keep working.
+The token format and key ring are in ``broker.front.tokens``, key files in ``broker.front.key_file``.
 """
 
 from __future__ import annotations
@@ -10,57 +9,11 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from broker.front.key_file import MAX_KEY_FILE_BYTES, KeyFileError, load_key_file, write_key_file
-from broker.front.tokens import (
-    AGENT_HEADER,
-    AUTH_MESSAGES,
-    CLOCK_SKEW_SECONDS,
-    DEFAULT_TTL_SECONDS,
-    KEY_BYTES,
-    MAX_CACHED_TOKEN_CHARS,
-    MAX_TOKEN_CHARS,
-    MAX_TTL_SECONDS,
-    SESSION_HEADER,
-    TOKEN_VERSION,
-    VERIFIED_CACHE_SIZE,
-    AgentIdentity,
-    AuthCause,
-    AuthError,
-    KeyRing,
-    agent_headers,
-    generate_key,
-    key_id,
-)
+from broker.front.tokens import VERIFIED_CACHE_SIZE, AgentIdentity, AuthError, KeyRing
 
 if TYPE_CHECKING:
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
     from starlette.types import ASGIApp, Receive, Scope, Send
-
-__all__ = [
-    "AGENT_HEADER",
-    "AUTH_MESSAGES",
-    "CLOCK_SKEW_SECONDS",
-    "DEFAULT_TTL_SECONDS",
-    "KEY_BYTES",
-    "MAX_CACHED_TOKEN_CHARS",
-    "MAX_KEY_FILE_BYTES",
-    "MAX_TOKEN_CHARS",
-    "MAX_TTL_SECONDS",
-    "SESSION_HEADER",
-    "TOKEN_VERSION",
-    "VERIFIED_CACHE_SIZE",
-    "AgentAuthMiddleware",
-    "AgentIdentity",
-    "AuthCause",
-    "AuthError",
-    "KeyFileError",
-    "KeyRing",
-    "agent_headers",
-    "generate_key",
-    "key_id",
-    "load_key_file",
-    "write_key_file",
-]
 
 log = logging.getLogger("relay.auth")
 

@@ -35,14 +35,14 @@ from mcp.types import (
     Tool,
 )
 
-from adapters.providers import host_providers
 from broker import schemas
+from broker.addresses import host_providers
 from broker.agent_message import AgentMessage
 from broker.contract import Contract
 from broker.envelope import Envelope, format_ms, format_time, to_ms
 from broker.errors import InternalError, InvalidArgument, RelayError, json_type
-from broker.front.auth import AgentIdentity
 from broker.front.errors import tool_error
+from broker.front.tokens import AgentIdentity
 from broker.relay import MAX_FETCH_LIMIT, Relay
 
 log = logging.getLogger("relay.front")
@@ -86,12 +86,10 @@ class AgentTool:
                 raise InvalidArgument(name, "required", f"{self.name} needs this argument")
 
 
-def build_mcp_server(
-    relay: Relay[AgentMessage], *, max_wait: float, extra_tools: Sequence[AgentTool] = ()
-) -> Server[Any]:
+def build_mcp_server(relay: Relay[AgentMessage], *, extra_tools: Sequence[AgentTool] = ()) -> Server[Any]:
     """A fresh MCP server exposing the four tools on ``relay`` (plus ``extra_tools``, served the same
     way); one per app, since the SDK's session manager can run only once."""
-    tools = {tool.name: tool for tool in (*relay_tools(relay, max_wait=max_wait), *extra_tools)}
+    tools = {tool.name: tool for tool in (*relay_tools(relay), *extra_tools)}
     listing = ListToolsResult(
         tools=[
             Tool(
@@ -143,11 +141,11 @@ def build_mcp_server(
     )
 
 
-def relay_tools(relay: Relay[AgentMessage], *, max_wait: float) -> list[AgentTool]:
+def relay_tools(relay: Relay[AgentMessage]) -> list[AgentTool]:
     """The four agent tools over ``relay``."""
     providers = host_providers()
     contract = relay.contract
-    max_wait_ms = int(max_wait * 1000)
+    max_wait_ms = int(relay.max_wait * 1000)
 
     async def register_agent_address(who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         provider = _string(arguments, "provider")

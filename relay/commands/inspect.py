@@ -2,8 +2,7 @@
 
 Per agent: registration (provider, endpoint, tier, session, age), inbox depth, pending count, age of
 the oldest unacknowledged envelope and dead letters. Read-only; message text is never read out.
-The queries live in ``adapters.redis.inspect`` (imported when the command runs: the core never
-imports redis).
+The queries live in ``adapters.redis.inspect``.
 """
 
 from __future__ import annotations
@@ -14,12 +13,13 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from adapters.redis.inspect import AgentInspection, Report, report
 from broker.ids import check_agent_id
-from broker.settings import SettingsError, add_redis_argument, bounded_int, redis_url_from
+from relay.commands import bounded_int
+from relay.settings import StoreSettings, add_options, load, store_url
 
 if TYPE_CHECKING:
-    from adapters.redis.inspect import AgentInspection, Report
-    from broker.cli import Subparsers
+    from relay.commands import Subparsers
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 100_000
@@ -44,23 +44,15 @@ def register(subparsers: Subparsers) -> None:
         metavar="N",
         help=f"show at most N agents, by id (default {DEFAULT_LIMIT})",
     )
-    add_redis_argument(parser)
+    add_options(parser, StoreSettings)
     parser.set_defaults(handler=_inspect)
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    url = redis_url_from(args)
-    if url is None:
-        raise SettingsError(
-            "relay inspect needs the Redis that relay serve uses: pass --redis-url redis://HOST:PORT/DB "
-            "or set RELAY_REDIS_URL (a relay serve without --redis-url logs its embedded server's "
-            "address at start-up)"
-        )
+    url = store_url(load(StoreSettings, args), "inspect")
     agent: str | None = args.agent
     if agent is not None:
         check_agent_id(agent, "AGENT")
-    from adapters.redis.inspect import report
-
     found = asyncio.run(report(url, agent=agent, limit=args.limit))
     if agent is not None and not found.agents[0].exists:
         print(

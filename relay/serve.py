@@ -15,8 +15,18 @@ from collections.abc import Callable
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from broker import logs
-from broker.settings import ServeSettings, SettingsError
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis.gauges import InboxGauges
+from adapters.redis.inspect import redacted
+from adapters.redis.server import EmbeddedRedis
+from broker.addresses import is_loopback_host
+from broker.agent_message import AgentMessageContract
+from broker.front.app import create_app
+from broker.front.key_file import KeyFileError, load_key_file
+from broker.front.tokens import KeyRing
+from broker.relay import Relay
+from relay import logs
+from relay.settings import ServeSettings, SettingsError
 
 log = logging.getLogger("relay.serve")
 
@@ -25,11 +35,9 @@ GRACEFUL_SHUTDOWN_SECONDS = 30
 
 def run(settings: ServeSettings) -> int:
     """Run ``relay serve`` with parsed settings; returns the process exit code."""
-    from adapters.redis.server import EmbeddedRedis
-    from broker.front.key_file import load_key_file
-
     logs.configure(settings.log_format, settings.log_level)
-    keyring = load_key_file(settings.key_file) if settings.key_file is not None else None
+    key_file = settings.agent_mcp_key_file
+    keyring = load_key_file(key_file) if key_file is not None else None
     _check_listen_address(settings)
     embedded: EmbeddedRedis | None = None
     url = settings.redis_url
@@ -45,7 +53,7 @@ def run(settings: ServeSettings) -> int:
         url = embedded.url
         log.info("using %s", embedded.describe(), extra={"url": url, "data_dir": str(embedded.data_dir)})
     else:
-        log.info("using Redis at %s (no embedded server started)", _redacted(url))
+        log.info("using Redis at %s (no embedded server started)", redacted(url))
     if keyring is None:
         log.warning(
             "no --agent-mcp-key-file: /mcp/agent is not served (create a key with `relay keygen PATH`)"
@@ -69,21 +77,13 @@ def run(settings: ServeSettings) -> int:
     return 0
 
 
-async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
-    from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
-    from adapters.redis.gauges import InboxGauges
-    from broker.agent_message import AgentMessageContract
-    from broker.front.app import create_app
-    from broker.front.tokens import KeyRing
-    from broker.relay import Relay
-
+async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> None:
     connection = RedisConnection(
         RedisSettings(
             url=url,
-            max_block=settings.max_wait,
             inbox_cap=settings.inbox_cap,
             send_rate=settings.send_rate,
-            send_burst=settings.send_burst,
+            send_burst=settings.burst,
         )
     )
     relay = Relay(
@@ -91,16 +91,15 @@ async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
         RedisInboxStore(connection),
         RedisRegistry(connection),
         metrics=CollectorRegistry(),
-        max_wait=settings.max_wait,
     )
     gauges = InboxGauges(connection.client, connection.keys)
     relay.metrics.registry.register(gauges)
     async with relay:
         app = create_app(
             relay,
-            keyring=keyring if isinstance(keyring, KeyRing) else None,
+            keyring=keyring,
             max_body_bytes=settings.max_body_bytes,
-            allowed_hosts=None if _is_loopback(settings.host) and settings.uds is None else [],
+            allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
             before_metrics=gauges.refresh,
         )
         config = uvicorn.Config(
@@ -115,7 +114,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
             server_header=False,
         )
         server = uvicorn.Server(config)
-        if settings.key_file is not None and hasattr(signal, "SIGHUP"):
+        if settings.agent_mcp_key_file is not None and hasattr(signal, "SIGHUP"):
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, app, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
         log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
@@ -126,13 +125,11 @@ async def _serve(settings: ServeSettings, url: str, keyring: object) -> None:
 def _reload_key_file(app: object, settings: ServeSettings) -> None:
     """SIGHUP: read the key file again and verify with it from the next request on. A file that does
     not load (bad permissions, a malformed line, ...) is refused and the keys in use stay."""
-    from broker.front.key_file import KeyFileError, load_key_file
-
     auth = getattr(getattr(app, "state", None), "agent_auth", None)
-    if auth is None or settings.key_file is None:
+    if auth is None or settings.agent_mcp_key_file is None:
         return
     try:
-        keyring = load_key_file(settings.key_file)
+        keyring = load_key_file(settings.agent_mcp_key_file)
     except (KeyFileError, OSError) as exc:
         log.error("key file not reloaded, the keys in use stay: %s", exc)
         return
@@ -170,14 +167,3 @@ def _check_listen_address(settings: ServeSettings) -> None:
                 f"cannot listen on {settings.host}:{settings.port} ({exc.strerror}); pass another --port "
                 "or stop what is using it"
             ) from exc
-
-
-def _is_loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-
-
-def _redacted(url: str) -> str:
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"

@@ -1,8 +1,7 @@
 """``relay dead-letters list|requeue``: inspect and requeue an agent's dead letters on Redis.
 
-``register_commands(subparsers)`` adds the group to the ``relay`` command (``broker.cli``); ``main``
-runs it on its own (``python -m broker.cli_dead_letters``). Like ``relay serve``, the commands find
-Redis through ``--redis-url`` or ``RELAY_REDIS_URL``. See docs/delivery.md.
+Like ``relay serve``, the commands find Redis through ``--redis-url`` or ``RELAY_REDIS_URL``. See
+docs/delivery.md.
 """
 
 from __future__ import annotations
@@ -10,28 +9,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from adapters.redis.connection import RedisConnection, RedisSettings
+from adapters.redis.delivery import RedisDeliveryQueue
 from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms
-from broker.errors import InvalidArgument, RelayError
+from broker.errors import InvalidArgument
 from broker.ids import check_agent_id, is_envelope_id
-from broker.settings import SettingsError, add_redis_argument, bounded_int, redis_url_from
+from relay.commands import EXIT_RUNTIME, bounded_int
+from relay.settings import StoreSettings, add_options, load, store_url
 
 if TYPE_CHECKING:
-    from adapters.redis.delivery import RedisDeliveryQueue
+    from relay.commands import Subparsers
 
-EXIT_RUNTIME = 1
-EXIT_USAGE = 2
 MAX_LIST = 10_000
 _TEXT_CHARS = 80
 T = TypeVar("T")
-P = TypeVar("P", bound=argparse.ArgumentParser)
 
 
-def register_commands(subparsers: argparse._SubParsersAction[P]) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``dead-letters list AGENT`` and ``dead-letters requeue AGENT [IDS...]``."""
     group = subparsers.add_parser(
         "dead-letters",
@@ -73,20 +71,14 @@ def register_commands(subparsers: argparse._SubParsersAction[P]) -> None:
 
 
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
-    add_redis_argument(parser)
+    add_options(parser, StoreSettings)
     parser.add_argument("--prefix", default="relay", help="the relay's Redis key prefix (default relay)")
 
 
-def _queue_call(args: argparse.Namespace, work: Callable[[RedisDeliveryQueue], Awaitable[T]]) -> T | None:
-    url = redis_url_from(args)
-    if url is None:
-        _fail("dead-letters needs the relay's Redis: pass --redis-url or set RELAY_REDIS_URL")
-        return None
+def _queue_call(args: argparse.Namespace, work: Callable[[RedisDeliveryQueue], Awaitable[T]]) -> T:
+    url = store_url(load(StoreSettings, args), "dead-letters")
 
     async def run() -> T:
-        from adapters.redis.connection import RedisConnection, RedisSettings
-        from adapters.redis.delivery import RedisDeliveryQueue
-
         connection = RedisConnection(RedisSettings(url=url, prefix=args.prefix))
         queue = RedisDeliveryQueue(connection)
         await queue.open()
@@ -104,10 +96,7 @@ def _list(args: argparse.Namespace) -> int:
     async def work(queue: RedisDeliveryQueue) -> tuple[int, list[DeadLetter]]:
         return await queue.dead_letter_count(agent), await queue.dead_letters(agent, args.limit)
 
-    found = _queue_call(args, work)
-    if found is None:
-        return EXIT_USAGE
-    total, letters = found
+    total, letters = _queue_call(args, work)
     if args.json:
         print(json.dumps({"agent": agent, "total": total, "dead_letters": [_json(x) for x in letters]}))
         return 0
@@ -142,10 +131,7 @@ def _requeue(args: argparse.Namespace) -> int:
             missing = [i for i in wanted if i not in present]
         return await queue.requeue(agent, wanted), missing
 
-    done = _queue_call(args, work)
-    if done is None:
-        return EXIT_USAGE
-    requeued, missing = done
+    requeued, missing = _queue_call(args, work)
     if args.json:
         print(json.dumps({"agent": agent, "requeued": requeued, "not_found": missing}))
     else:
@@ -179,27 +165,3 @@ def _clean(text: str, width: int) -> str:
     escapes) in a message must not reach the operator's terminal."""
     flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
-
-
-def _fail(message: str) -> None:
-    print(f"relay: error: {message}", file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``dead-letters ...`` alone (the same handlers and errors as ``relay dead-letters``)."""
-    parser = argparse.ArgumentParser(prog="relay")
-    register_commands(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.handler(args)
-    except (InvalidArgument, SettingsError) as exc:
-        _fail(" ".join(str(exc).split()))
-        return EXIT_USAGE
-    except RelayError as exc:
-        _fail(" ".join(exc.message.split()))
-        return EXIT_RUNTIME
-    return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""The ``relay`` command: one parser, each subcommand a module of ``relay.commands``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from broker.errors import InvalidArgument, RelayError
+from broker.front.key_file import KeyFileError
+from broker.front.tokens import AuthError
+from relay.commands import EXIT_RUNTIME, EXIT_USAGE, Handler, UsageError, dead_letters, inspect, keys, serve
+from relay.settings import SettingsError
+
+COMMANDS = (serve, keys, inspect, dead_letters)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors print one line, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"relay: error: {message}; see `{self.prog} --help`\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="relay",
+        description="relay: a Redis-backed broker that lets AI agents message each other over an\n"
+        "authenticated MCP endpoint. Run `relay COMMAND --help` for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    for command in COMMANDS:
+        command.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except (UsageError, InvalidArgument, SettingsError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except (KeyFileError, AuthError) as exc:
+        return _fail(str(exc), EXIT_RUNTIME)
+    except RelayError as exc:
+        return _fail(exc.message, EXIT_RUNTIME)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"relay: error: {' '.join(message.split())}", file=sys.stderr)
+    return code

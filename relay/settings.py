@@ -1,0 +1,170 @@
+"""Settings of the ``relay`` commands, each declared once.
+
+A setting is a field of a pydantic-settings model: its type, bounds, default and one-line help live on
+the field, and everything else is derived from it: the command-line option (``--inbox-cap`` for
+``inbox_cap``), the environment variable (``RELAY_INBOX_CAP``) and the help text. Values are read once
+per command, command line over environment over default, checked by pydantic, and passed down; nothing
+else reads the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from broker.front.app import DEFAULT_MAX_BODY_BYTES
+
+ENV_PREFIX = "RELAY_"
+DEFAULT_DATA_DIR = Path(".relay")
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+class SettingsError(ValueError):
+    """A setting with a bad value; the message names the option, the variable and what to do."""
+
+
+class _Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True, extra="forbid"
+    )
+
+
+class StoreSettings(_Settings):
+    """Where relay's data lives: every command that reads or writes the store takes these."""
+
+    redis_url: str | None = Field(
+        None,
+        description="Redis URL, e.g. redis://127.0.0.1:6379/0; without it `relay serve` starts an embedded "
+        "server under the data dir",
+    )
+    data_dir: Path = Field(DEFAULT_DATA_DIR, description="where the embedded server keeps its data")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(REDIS_URL_SCHEMES):
+            raise ValueError("not a Redis URL; use redis://HOST:PORT/DB, rediss://... or unix:///path")
+        return value
+
+
+class ServeSettings(StoreSettings):
+    """``relay serve``."""
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port to listen on")
+    uds: Path | None = Field(None, description="listen on this unix socket instead of TCP")
+    agent_mcp_key_file: Path | None = Field(
+        None,
+        description="signing key for agent tokens (see `relay keygen`), read again on SIGHUP; without it "
+        "/mcp/agent is not served",
+    )
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text or JSON")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="lowest level logged")
+    inbox_cap: int = Field(
+        10000, ge=0, le=10_000_000, description="unacknowledged envelopes an inbox may hold; 0 = no cap"
+    )
+    send_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1_000_000,
+        description="sends per second an agent may make, across workers; 0 = no limit",
+    )
+    send_burst: int = Field(
+        0, ge=0, le=1_000_000, description="sends an agent may make at once above its rate; 0 = 2 x rate"
+    )
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY_BYTES, ge=1024, le=64 * 1024 * 1024, description="largest /mcp/agent request body"
+    )
+
+    @property
+    def burst(self) -> int:
+        """The token bucket's size: ``send_burst``, or twice the rate (at least 1) when that is 0."""
+        if not self.send_rate:
+            return 0
+        return self.send_burst or max(1, int(self.send_rate * 2))
+
+
+def option(name: str) -> str:
+    """The command-line option of setting ``name``."""
+    return "--" + name.replace("_", "-")
+
+
+def variable(name: str) -> str:
+    """The environment variable of setting ``name``."""
+    return ENV_PREFIX + name.upper()
+
+
+def add_options(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
+    """Add an option for every setting of ``model``; its help names the variable and the default."""
+    parser.epilog = (
+        "Every option can also be set in the environment as the variable in brackets; an option on the "
+        "command line wins."
+    ) + (f"\n{parser.epilog}" if parser.epilog else "")
+    for name, field in model.model_fields.items():
+        default = field.get_default()
+        shown = "" if default is None else f", default {default}"
+        choices = _choices(field.annotation)
+        parser.add_argument(
+            option(name),
+            dest=name,
+            default=None,
+            choices=choices,
+            metavar=None if choices else name.upper(),
+            help=f"{field.description} [{variable(name)}{shown}]",
+        )
+
+
+def load(model: type[_S], args: argparse.Namespace) -> _S:
+    """``model`` from the command line over the environment over the defaults; a bad value raises
+    ``SettingsError`` naming the option and the variable."""
+    given: dict[str, Any] = {}
+    for name in model.model_fields:
+        value = getattr(args, name, None)
+        if value is not None:
+            given[name] = value
+    try:
+        return model(**given)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, given)) from None
+
+
+def _describe(exc: ValidationError, given: dict[str, Any]) -> str:
+    problems = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else ""
+        where = f"{option(name)} / {variable(name)}" if name else "settings"
+        source = "" if name in given else " (from the environment)"
+        shown = repr(error.get("input"))[:80]
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}{source}: {message} (got {shown})")
+    return "; ".join(problems)
+
+
+def _choices(annotation: object) -> list[str] | None:
+    if get_origin(annotation) is Literal:
+        return [str(value) for value in get_args(annotation)]
+    if get_origin(annotation) in (Union, types.UnionType):
+        for member in get_args(annotation):
+            found = _choices(member)
+            if found is not None:
+                return found
+    return None
+
+
+def store_url(settings: StoreSettings, command: str) -> str:
+    """The Redis URL a command that reads the store uses; ``SettingsError`` saying what to pass when
+    there is none."""
+    if settings.redis_url is None:
+        raise SettingsError(
+            f"relay {command} needs the Redis that relay serve uses: pass --redis-url redis://HOST:PORT/DB "
+            f"or set {variable('redis_url')} (a relay serve without --redis-url logs its embedded server's "
+            "address at start-up)"
+        )
+    return settings.redis_url
