@@ -165,6 +165,27 @@ class RateLimited(RelayError):
         return {"agent": self.agent, "retry_after": self.retry_after}
 
 
+class TooManyWaits(RelayError):
+    """The agent already has its cap of parked long-polls on this worker (or the worker has its total
+    cap): this one is answered at once. Retry after one of the parked polls returns."""
+
+    code = "too_many_waits"
+    retryable = True
+
+    def __init__(self, agent: str, cap: int, *, per_agent: bool = True) -> None:
+        whose = f"agent {agent!r} already has" if per_agent else "this relay worker already holds"
+        scope = "per agent" if per_agent else "in total"
+        super().__init__(
+            f"{whose} {cap} parked long-polls (FetchAgentInbox with wait_ms; at most {cap} {scope}); "
+            "retry without wait_ms, or after a parked poll returns"
+        )
+        self.agent = agent
+        self.cap = cap
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent, "cap": self.cap}
+
+
 class BackendUnavailable(RelayError):
     """The store could not be reached or did not answer in time. Retry.
 
@@ -176,6 +197,17 @@ class BackendUnavailable(RelayError):
     retryable = True
 
     def __init__(self, message: str = "the message store is unavailable; retry shortly") -> None:
+        super().__init__(message)
+
+
+class BackendRefused(RelayError):
+    """The store answered but refused the operation for a reason a retry does not fix (a missing ACL
+    permission, a key of the wrong type, a script error): an operator must act. Nothing was written."""
+
+    code = "backend_refused"
+    retryable = False
+
+    def __init__(self, message: str) -> None:
         super().__init__(message)
 
 

@@ -92,7 +92,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         RedisRegistry(connection),
         metrics=CollectorRegistry(),
     )
-    gauges = InboxGauges(connection.client, connection.keys)
+    gauges = InboxGauges(connection)
     relay.metrics.registry.register(gauges)
     async with relay:
         app = create_app(

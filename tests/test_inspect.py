@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
+from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import Inspector
 from adapters.redis.keys import Keys
@@ -23,6 +24,7 @@ from adapters.redis.server import EmbeddedRedis
 from broker import front
 from broker.addresses import ClaudeCodeAddress, WorkbenchAddress
 from broker.agent_message import AgentMessageContract
+from broker.errors import BackendUnavailable
 from broker.front.app import create_app
 from broker.metrics import RelayMetrics
 from broker.relay import Relay
@@ -153,15 +155,15 @@ def test_relay_serve_exports_the_inbox_gauges(server: EmbeddedRedis, tmp_path: P
 async def test_gauges_do_bounded_work_per_scrape_and_cover_every_agent(server: EmbeddedRedis) -> None:
     keys = Keys(unique_prefix())
     sync = redis.Redis.from_url(server.url, decode_responses=True, socket_timeout=5)
-    client = redis.asyncio.Redis.from_url(server.url, decode_responses=True, socket_timeout=5)
+    connection = RedisConnection(RedisSettings(url=server.url, prefix=keys.prefix))
     agents = [f"agent-{i}" for i in range(7)]
     for i, agent in enumerate(agents):
         sync.hset(keys.registration(agent), mapping={"agent": agent, "tier": "host", "session": "s"})
-        sync.sadd(keys.agents(), agent)
         for _ in range(i):
             sync.xadd(keys.inbox(agent), {"text": "x"})
     sync.xadd(keys.dead_letters("agent-0"), {"reason": "r"})
-    gauges = InboxGauges(client, keys, batch=3, max_series=3)
+    sync.script_load(connection.scripts.inspect.source)
+    gauges = InboxGauges(connection, batch=3, max_series=3)
 
     def evalsha_calls() -> int:
         stats = sync.info("commandstats").get("cmdstat_evalsha", {"calls": 0})
@@ -193,35 +195,33 @@ async def test_gauges_do_bounded_work_per_scrape_and_cover_every_agent(server: E
         assert value("csf_relay_inbox_depth", agent="agent-6") == 6
         assert value("csf_relay_inbox_depth", agent="agent-3") == -1
 
-        sync.srem(keys.agents(), "agent-6")
         sync.delete(keys.registration("agent-6"))
         for _ in range(3):
             await gauges.refresh()
         assert value("csf_relay_inspection_agents", set="covered") == 6
         assert value("csf_relay_total_inbox_depth") == sum(range(6))
     finally:
-        await client.aclose()
+        await connection.close()
         sync.close()
 
 
 async def test_inspector_reads_what_relay_wrote(server: EmbeddedRedis) -> None:
-    client = redis.asyncio.Redis.from_url(server.url, decode_responses=True, socket_timeout=5)
+    connection = RedisConnection(RedisSettings(url=server.url, prefix=KEYS.prefix))
     try:
-        inspector = Inspector(client, KEYS)
+        inspector = Inspector(connection)
         assert await inspector.agent_ids(10) == ["alice", "bob", "olga", "wendy"]
         nobody, bob = await inspector.inspect(["nobody", "bob"])
         assert not nobody.exists and nobody.registered is False and nobody.inbox_depth == 0
         assert bob.exists and (bob.inbox_depth, bob.pending, bob.dead_letters) == (3, 1, 2)
     finally:
-        await client.aclose()
+        await connection.close()
 
 
 async def test_a_failing_refresh_still_serves_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
     gauges = InboxGauges(
-        redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=1, socket_timeout=1),
-        KEYS,
+        RedisConnection(RedisSettings(url="redis://127.0.0.1:1/0", connect_timeout=1, command_timeout=1))
     )
-    with pytest.raises(redis.RedisError):
+    with pytest.raises(BackendUnavailable):
         await gauges.refresh()
     state = MemoryState()
     relay = Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state))
@@ -248,7 +248,9 @@ def test_gauge_names_clash_with_no_other_relay_metric() -> None:
     RelayMetrics(registry)
     # the in-process messenger's dead-letter counter (broker/messenger.py) shares the relay's registry
     Counter("csf_relay_dead_letters", "dead-lettered envelopes", ["tier"], registry=registry)
-    registry.register(InboxGauges(redis.asyncio.Redis(), KEYS))  # raises on a duplicated name
+    registry.register(
+        InboxGauges(RedisConnection(RedisSettings(url="redis://127.0.0.1:1/0")))
+    )  # raises on a clash
     families = [f.name for f in text_string_to_metric_families(generate_latest(registry).decode())]
     assert len(families) == len(set(families)), families
     with pytest.raises(ValueError, match="Duplicated"):

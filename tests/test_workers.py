@@ -29,14 +29,14 @@ INBOX_CAP = 3
 KEYS = Keys()
 
 
-def wait_until_blocked(client: redis.Redis, timeout: float = 10.0) -> None:
-    """Poll Redis until a client is blocked (an XREADGROUP ... BLOCK of a long poll)."""
+def wait_until_parked(worker: ServeProcess, timeout: float = 10.0) -> None:
+    """Poll the worker's /metrics until a long poll is parked there."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if int(client.info("clients")["blocked_clients"]) >= 1:
+        if sample(worker.metrics(), "csf_relay_long_polls_parked") >= 1:
             return
-        time.sleep(0.01)
-    raise AssertionError("no long poll blocked in Redis")
+        time.sleep(0.02)
+    raise AssertionError("no long poll parked on the worker")
 
 
 @dataclass
@@ -103,7 +103,7 @@ async def test_two_workers_serve_the_same_agents_and_count_what_each_did(cluster
         # a long poll on A is woken by a send on B
         started = time.monotonic()
         poll = asyncio.create_task(ok(http, a.url, bob, "FetchAgentInbox", {"wait_ms": 20000}))
-        await asyncio.to_thread(wait_until_blocked, cluster.client)
+        await asyncio.to_thread(wait_until_parked, a)
         late = await ok(
             http, b.url, alice, "SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "wake"}}
         )

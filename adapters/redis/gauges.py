@@ -1,9 +1,9 @@
 """``InboxGauges``: the figures of ``relay inspect`` as Prometheus gauges on ``/metrics``.
 
 Refreshed before each scrape with bounded work: at most ``batch`` agents are read per refresh, walking
-the agent index with ``SSCAN`` across scrapes, so totals cover every agent after
-``ceil(agents / batch)`` scrapes; at most ``max_series`` agents get per-agent series. See
-docs/operations.md.
+the registrations with ``SCAN`` (``adapters/redis/directory.py``) across scrapes, so totals cover every
+agent after about ``ceil(agents / batch)`` scrapes; at most ``max_series`` agents get per-agent series.
+See docs/operations.md.
 """
 
 from __future__ import annotations
@@ -17,18 +17,19 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-from redis.asyncio import Redis
 
-from adapters.redis.inspect import AgentInspection, Inspector, entry_ms
-from adapters.redis.keys import Keys
+from adapters.redis.connection import RedisConnection
+from adapters.redis.directory import Scan
+from adapters.redis.entries import entry_ms
+from adapters.redis.inspect import AgentInspection, Inspector
 from broker.envelope import Tier
 
 DEFAULT_BATCH = 500
 """Agents read from Redis per ``InboxGauges.refresh`` (one pipeline of that many script calls)."""
 DEFAULT_MAX_SERIES = 200
 """Agents that get per-agent series (the ``agent`` label's cardinality bound, per metric)."""
-MAX_SSCAN_CALLS = 8
-"""SSCAN round trips per refresh, at most, to fill the queue of agents to read."""
+MAX_SCAN_CALLS = 8
+"""SCAN round trips per refresh, at most, to fill the queue of agents to read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +45,11 @@ class InboxGauges(Collector):
     ``generate_latest`` (the front's ``before_metrics`` hook does, with a timeout). ``collect`` only
     reads the cached figures, so it never touches Redis or blocks the event loop.
 
-    Work per refresh is bounded: ``TIME`` + ``SCARD``, at most ``MAX_SSCAN_CALLS`` ``SSCAN`` calls of
-    ``COUNT batch``, and one script call for each of at most ``batch`` agents (one pipeline per
-    ``PIPELINE_CHUNK``). Agents are visited in ``SSCAN`` order, continuing where the last refresh
-    stopped; with at most ``batch`` agents every refresh reads every agent. After a complete pass over
-    the index, figures of agents no longer in it are dropped. Concurrent scrapes share one refresh.
+    Work per refresh is bounded: ``TIME``, at most ``MAX_SCAN_CALLS`` ``SCAN`` calls, and one script
+    call for each of at most ``batch`` agents (auto-pipelined). Agents are visited in ``SCAN`` order,
+    continuing where the last refresh stopped. After a complete pass over the registrations, figures of
+    agents no longer registered are dropped, and ``indexed`` is the number that pass found. Concurrent
+    scrapes share one refresh.
 
     Series: per-agent gauges for at most ``max_series`` agents (all of them when there are no more;
     otherwise the worst by oldest unacknowledged age, backlog and dead letters, a third each), and
@@ -57,22 +58,22 @@ class InboxGauges(Collector):
 
     def __init__(
         self,
-        client: Redis,
-        keys: Keys,
+        connection: RedisConnection,
         *,
         batch: int = DEFAULT_BATCH,
         max_series: int = DEFAULT_MAX_SERIES,
     ) -> None:
         if batch < 1 or max_series < 0:
             raise ValueError("batch must be >= 1 and max_series >= 0")
-        self.inspector = Inspector(client, keys)
+        self.inspector = Inspector(connection)
+        self._wakeups = connection.wakeups
         self.batch = batch
         self.max_series = max_series
         self._figures: dict[str, _Figure] = {}
         self._queue: deque[str] = deque()
         self._queued: set[str] = set()
-        self._cursor = 0
-        self._scan_done = False
+        self._scan = Scan()
+        self._seen = 0
         self._indexed = 0
         self._now_ms = 0
         self._up = False
@@ -90,24 +91,15 @@ class InboxGauges(Collector):
             self._up = True
 
     async def _refresh(self) -> None:
-        client = self.inspector.client
-        pipe = client.pipeline(transaction=False)
-        pipe.time()
-        pipe.scard(self.inspector.keys.agents())
-        (seconds, micros), indexed = await pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        self._indexed = int(indexed)
+        now_ms = await self.inspector.now_ms()
         calls = 0
-        while len(self._queue) < self.batch and not self._scan_done and calls < MAX_SSCAN_CALLS:
-            cursor, members = await client.sscan(self.inspector.keys.agents(), self._cursor, count=self.batch)
+        while len(self._queue) < self.batch and not self._scan.done and calls < MAX_SCAN_CALLS:
             calls += 1
-            for member in members:
-                agent = str(member)
+            for agent in await self.inspector.directory.page(self._scan):
                 if agent not in self._queued:
                     self._queued.add(agent)
                     self._queue.append(agent)
-            self._cursor = int(cursor)
-            self._scan_done = self._cursor == 0
+                    self._seen += 1
         take = [self._queue.popleft() for _ in range(min(self.batch, len(self._queue)))]
         try:
             found = await self.inspector.inspect(take, now_ms)
@@ -119,11 +111,12 @@ class InboxGauges(Collector):
                 self._figures[inspection.agent] = _Figure(inspection, now_ms)
             else:
                 self._figures.pop(inspection.agent, None)
-        if self._scan_done and not self._queue:
+        if self._scan.done and not self._queue:
             for gone in self._figures.keys() - self._queued:
                 del self._figures[gone]
             self._queued.clear()
-            self._scan_done = False
+            self._indexed, self._seen = self._seen, 0
+            self._scan = Scan()
         self._now_ms = now_ms
 
     def labelled(self) -> list[AgentInspection]:
@@ -215,7 +208,7 @@ class InboxGauges(Collector):
             "with per-agent series (labelled).",
             labels=["set"],
         )
-        coverage.add_metric(["indexed"], float(self._indexed))
+        coverage.add_metric(["indexed"], float(max(self._indexed, self._seen)))
         coverage.add_metric(["covered"], float(len(everyone)))
         coverage.add_metric(["labelled"], float(len(labelled)))
         yield coverage
@@ -224,6 +217,11 @@ class InboxGauges(Collector):
             "csf_relay_inspection_staleness_seconds",
             "Age of the oldest per-agent figure in the totals, at the last refresh.",
             value=max(0.0, (self._now_ms - oldest_read) / 1000),
+        )
+        yield GaugeMetricFamily(
+            "csf_relay_long_polls_parked",
+            "Long-polls (FetchAgentInbox with wait_ms) parked on this worker now; see --max-waits.",
+            value=float(self._wakeups.parked),
         )
         yield GaugeMetricFamily(
             "csf_relay_inspection_up",

@@ -1,22 +1,30 @@
 """``RedisInboxStore``: one stream per agent with a consumer group; semantics of ``IInboxStore``.
 
-Send, fetch and acknowledge are each one Lua script call (atomic; concurrent calls share round trips
-through ``RedisConnection.evalsha``'s auto-pipelining). A blocking fetch first runs the fetch script;
-only when it finds nothing does it block on ``XREADGROUP ... BLOCK`` for new entries, so nothing that
-arrived in between is missed.
+Every script call touches one agent's keys (one hash slot), so the store runs on one Redis or a
+cluster alike (docs/redis-layout.md):
+
+- send: ``send_check`` on the sender's slot (registration, session, rate token; returns its tier),
+  then ``send_append`` on the recipient's slot (registration, cap, ``XADD``, wake-up). When step 2
+  refuses, ``send_refund`` gives the rate token back, so a refused send leaves nothing behind.
+- fetch and acknowledge: one script each on the agent's slot.
+- a long-poll parks on the worker's wake-ups (``adapters/redis/wake.py``) and runs the fetch script
+  again when woken: no Redis connection is held while it waits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
 
 from redis.exceptions import ResponseError
 
-from adapters.redis.connection import RedisConnection, RedisSettings, bulk, pack_args
+from adapters.redis.connection import RedisConnection
+from adapters.redis.entries import entry_id, envelope_id, rows, tier_of
 from adapters.redis.keys import GROUP
-from broker.envelope import Tier, format_ms, parse_ms
+from broker.envelope import Tier, format_ms
 from broker.errors import (
-    BackendUnavailable,
+    BackendRefused,
     InboxFull,
     RateLimited,
     RelayError,
@@ -24,49 +32,14 @@ from broker.errors import (
     UnknownRecipient,
     UnregisteredAgent,
 )
-from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
+from broker.ids import new_nonce
 from broker.ports import AckOutcome, Appended, StoredEnvelope
-
-_TIERS = {tier.label: tier for tier in Tier}
-_MAX_ROUTES = 4096
 
 
 class RedisInboxStore:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
         self.keys = connection.keys
-        # The send script's arguments, pre-encoded: numkeys, the four keys, the sender and its session
-        # per (sender, recipient, session); the settings' four values (between the per-send values and
-        # the fields); the field names. Each cache is emptied when full.
-        self._routes: dict[tuple[str, str, str], bytes] = {}
-        self._limits: tuple[RedisSettings, bytes] | None = None
-        self._names: dict[str, bytes] = {}
-
-    def _route(self, sender: str, to: str, session: str) -> bytes:
-        keys = self.keys
-        names = (keys.registration(sender), keys.registration(to), keys.inbox(to), keys.rate(sender))
-        packed = pack_args((len(names), *names, sender, session))
-        if len(self._routes) >= _MAX_ROUTES:
-            self._routes.clear()
-        self._routes[sender, to, session] = packed
-        return packed
-
-    def _name(self, name: str) -> bytes:
-        """``bulk(name)`` of a field name, cached."""
-        packed = self._names.get(name)
-        if packed is None:
-            packed = bulk(name)
-            if len(self._names) >= _MAX_ROUTES:
-                self._names.clear()
-            self._names[name] = packed
-        return packed
-
-    def _send_limits(self) -> bytes:
-        settings = self.connection.settings
-        if self._limits is None or self._limits[0] is not settings:
-            values = (settings.inbox_cap, GROUP, repr(float(settings.send_rate)), settings.send_burst)
-            self._limits = (settings, pack_args(values))
-        return self._limits[1]
 
     async def open(self) -> None:
         await self.connection.open()
@@ -86,102 +59,95 @@ class RedisInboxStore:
         sent_at_ms: int,
         sender_session: str | None = None,
     ) -> Appended:
-        nonce = new_nonce()
-        # = evalsha(send, [reg(sender), reg(to), inbox(to), rate(sender)], [sender, session, sent_at,
-        #   nonce, cap, group, rate, burst, *fields]), encoded in parts (see docs/performance.md)
-        session = sender_session or ""
-        parts = [
-            self._routes.get((sender, to, session)) or self._route(sender, to, session),
-            bulk(format_ms(sent_at_ms)),
-            bulk(nonce),
-            self._send_limits(),
-        ]
-        for name, value in fields.items():
-            parts.append(self._names.get(name) or self._name(name))
-            parts.append(bulk(value))
-        packed = b"".join(parts)
-        count = 13 + 2 * len(fields)
-        connection = self.connection
-
-        def run() -> Awaitable[list[str]]:
-            return connection.evalsha_packed(connection.scripts.send, count, packed)
-
+        connection, keys, scripts = self.connection, self.keys, self.connection.scripts
+        settings = connection.settings
+        rate_key = keys.rate(sender)
         try:
-            stream_id, tier = await connection.call(run, idempotent=False)
+            tier = await connection.script(
+                scripts.send_check,
+                [keys.registration(sender), rate_key],
+                [sender_session or "", repr(float(settings.send_rate)), settings.send_burst],
+                idempotent=False,
+            )
         except ResponseError as exc:
             raise _refusal(exc, sender, sender_session, to) from exc
-        ms, seq = _position(stream_id)
-        return Appended(encode_envelope_id(ms, seq, nonce), _TIERS[tier], sent_at_ms)
+        nonce = new_nonce()
+        route = (keys.wake_channel(), to)
+        body: list[str] = []
+        for name, value in fields.items():
+            body += (name, value)
+        try:
+            stream_id, tier = await connection.script(
+                scripts.send_append,
+                [keys.registration(to), keys.inbox(to)],
+                [sender, tier, format_ms(sent_at_ms), nonce, settings.inbox_cap, GROUP, *route, *body],
+                idempotent=False,
+                durable=True,
+            )
+        except ResponseError as exc:
+            refusal = _refusal(exc, sender, sender_session, to)
+            if settings.send_rate > 0:
+                with contextlib.suppress(RelayError):  # not refunded: one token less, never one more
+                    await connection.script(
+                        scripts.send_refund, [rate_key], [settings.send_burst], idempotent=False
+                    )
+            raise refusal from exc
+        return Appended(envelope_id(str(stream_id), nonce), tier_of(str(tier)), sent_at_ms)
 
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
     ) -> list[StoredEnvelope]:
-        keys = self.keys
+        found = await self._fetch(agent, limit, session)
+        if found or not wait or wait <= 0:
+            return found
+        deadline = time.monotonic() + min(wait, self.connection.settings.max_block)
+        with self.connection.wakeups.park(agent) as parked:
+            while True:
+                parked.rearm()
+                found = await self._fetch(agent, limit, session)
+                remaining = deadline - time.monotonic()
+                if found or remaining <= 0 or not await parked.wait(remaining):
+                    return found
 
-        script_keys = [keys.registration(agent), keys.inbox(agent)]
-        script_args: list[str | int] = [session or "", GROUP, agent, limit]
-        connection = self.connection
-
-        def run() -> Awaitable[list[list[object]]]:
-            return connection.evalsha(connection.scripts.fetch, script_keys, script_args)
-
+    async def _fetch(self, agent: str, limit: int, session: str | None) -> list[StoredEnvelope]:
+        connection, keys = self.connection, self.keys
         try:
-            rows = await connection.call(run, idempotent=True)
+            reply = await connection.script(
+                connection.scripts.fetch,
+                [keys.registration(agent), keys.inbox(agent)],
+                [session or "", GROUP, agent, limit],
+                idempotent=True,
+            )
         except ResponseError as exc:
             raise _refusal(exc, agent, session, agent) from exc
-        if rows or not wait:
-            return [_stored(agent, row) for row in rows]
-        return await self._block(agent, limit, wait)
-
-    async def _block(self, agent: str, limit: int, wait: float) -> list[StoredEnvelope]:
-        key = self.keys.inbox(agent)
-        block_ms = max(1, int(wait * 1000))
-
-        async def run() -> list[list[object]]:
-            reply = await self.connection.blocking.xreadgroup(
-                GROUP, agent, {key: ">"}, count=limit, block=block_ms
-            )
-            out: list[list[object]] = []
-            for _stream, entries in _streams(reply):
-                for entry_id, values in entries:
-                    out.append([entry_id, values, 1, 1])
-            return out
-
-        try:
-            rows = await self.connection.call(run, idempotent=False)
-        except ResponseError as exc:
-            raise BackendUnavailable(f"blocking fetch failed: {exc}") from exc
-        return [_stored(agent, row) for row in rows]
+        return rows(agent, reply)
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         if not ids:
             return AckOutcome()
         args: list[str] = [session or "", GROUP]
-        for envelope_id in ids:
-            ms, seq, nonce = decode_envelope_id(envelope_id)
-            args.append(f"{ms}-{seq}")
-            args.append(nonce)
-        keys = self.keys
-
-        script_keys = [keys.registration(agent), keys.inbox(agent)]
-        connection = self.connection
-
-        def run() -> Awaitable[list[int | list[str]]]:
-            return connection.evalsha(connection.scripts.ack, script_keys, args)
-
+        for one in ids:
+            args += entry_id(one)
+        connection, keys = self.connection, self.keys
         try:
-            replies = await self.connection.call(run, idempotent=True)
+            replies = await connection.script(
+                connection.scripts.ack,
+                [keys.registration(agent), keys.inbox(agent)],
+                args,
+                idempotent=True,
+                durable=True,
+            )
         except ResponseError as exc:
             raise _refusal(exc, agent, session, agent) from exc
         acknowledged: list[str] = []
         origins: list[tuple[str, Tier]] = []
         unknown: list[str] = []
-        for envelope_id, reply in zip(ids, replies, strict=True):
+        for one, reply in zip(ids, replies, strict=True):
             if isinstance(reply, list):
-                acknowledged.append(envelope_id)
-                origins.append((str(reply[0]), Tier.from_label(str(reply[1]))))
+                acknowledged.append(one)
+                origins.append((str(reply[0]), tier_of(str(reply[1]))))
             else:
-                unknown.append(envelope_id)
+                unknown.append(one)
         return AckOutcome(tuple(acknowledged), tuple(unknown), tuple(origins))
 
 
@@ -197,54 +163,4 @@ def _refusal(exc: ResponseError, agent: str, session: str | None, to: str) -> Re
         return InboxFull(to, int(text.split()[1]))
     if text.startswith("RELAY_RATE_LIMITED"):
         return RateLimited(agent, int(text.split()[1]) / 1000)
-    return BackendUnavailable(f"the message store refused the operation: {text}; retry shortly")
-
-
-def _position(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq)
-
-
-def _pairs(values: object) -> dict[str, str]:
-    if isinstance(values, dict):
-        return {str(k): str(v) for k, v in values.items()}
-    if isinstance(values, list):
-        return {str(values[i]): str(values[i + 1]) for i in range(0, len(values) - 1, 2)}
-    return {}
-
-
-def _streams(reply: object) -> list[tuple[str, list[tuple[str, object]]]]:
-    # redis-py answers XREADGROUP as a list of [stream, entries] (RESP2) or a dict (RESP3)
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return [(str(k), list(v[0] if v and isinstance(v[0], list) else v)) for k, v in reply.items()]
-    if not isinstance(reply, list):
-        return []
-    return [(str(stream), list(entries)) for stream, entries in reply]
-
-
-def _stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
-    entry_id, values, deliveries, first = row
-    if type(values) is list:
-        # a flat [name, value, ...] list of strings (the connections decode replies): = _pairs(values)
-        pairs = iter(values)
-        fields = dict(zip(pairs, pairs, strict=False))
-    else:
-        fields = _pairs(values)
-    ms, seq = _position(str(entry_id))
-    sender = fields.pop("from", "")
-    tier = fields.pop("tier", "")
-    sent_at = fields.pop("sent_at", "")
-    nonce = fields.pop("nonce", "")
-    fields.pop("requeued_from", None)  # set on dead letters brought back; not part of the body
-    return StoredEnvelope(
-        envelope_id=encode_envelope_id(ms, seq, nonce),
-        sender=sender,
-        to=agent,
-        tier=_TIERS.get(tier) or Tier.from_label(tier),
-        sent_at_ms=parse_ms(sent_at),
-        fields=fields,
-        deliveries=int(str(deliveries)),
-        first_delivery=bool(int(str(first))),
-    )
+    return BackendRefused(f"the message store refused the operation ({text[:200]})")

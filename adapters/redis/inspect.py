@@ -2,8 +2,9 @@
 
 For each agent one read-only Lua call (``lua/inspect.lua``; every key it touches is in the agent's hash
 slot) returns the registration hash, ``XLEN`` of the inbox, the ``XPENDING`` summary, the id of the
-oldest unacknowledged entry and ``XLEN`` of the dead-letter stream. Calls for many agents go in one
-pipeline. No message text leaves Redis: the oldest entry is found by id inside the script.
+oldest unacknowledged entry and ``XLEN`` of the dead-letter stream. Calls for many agents are
+auto-pipelined (per node on a cluster). No message text leaves Redis: the oldest entry is found by id
+inside the script. The agents are found by scanning registrations (``adapters/redis/directory.py``).
 
 The stream holds exactly the unacknowledged envelopes (acknowledge deletes), and every pending
 (handed out) entry is older than every entry not yet handed out, so the oldest unacknowledged entry is
@@ -15,25 +16,24 @@ milliseconds Redis assigned at send) with Redis ``TIME``: the inspecting host's 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.asyncio import Redis, RedisCluster
 
-from adapters.redis.keys import DEFAULT_PREFIX, GROUP, Keys
-from adapters.redis.scripts import read_script
+from adapters.redis.connection import RedisConnection, RedisSettings
+from adapters.redis.directory import Directory
+from adapters.redis.entries import entry_ms
+from adapters.redis.keys import DEFAULT_PREFIX, GROUP
 from broker.envelope import format_time, from_ms, parse_time
 from broker.errors import BackendUnavailable
 
 __all__ = ["PIPELINE_CHUNK", "AgentInspection", "Inspector", "Report", "entry_ms", "redacted", "report"]
 
 PIPELINE_CHUNK = 500
-"""Script calls per pipeline round trip."""
+"""Script calls in flight at once, at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,41 +89,43 @@ class AgentInspection:
 
 
 class Inspector:
-    """The inspection queries against one Redis (any async client; ``decode_responses=True``)."""
+    """The inspection queries, on a worker's (or the CLI's) ``RedisConnection``."""
 
-    def __init__(self, client: Redis, keys: Keys) -> None:
-        self.client = client
-        self.keys = keys
-        self._script: AsyncScript = client.register_script(read_script("inspect"))
+    def __init__(self, connection: RedisConnection) -> None:
+        self.connection = connection
+        self.keys = connection.keys
+        self.directory = Directory(connection)
 
     async def now_ms(self) -> int:
-        seconds, micros = await self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        async def run(client: Redis | RedisCluster) -> int:
+            seconds, micros = await client.time()
+            return int(seconds) * 1000 + int(micros) // 1000
 
-    async def agent_count(self) -> int:
-        return int(await self.client.scard(self.keys.agents()))
+        return await self.connection.call(run, idempotent=True)
 
     async def agent_ids(self, limit: int) -> list[str]:
-        """Registered agent ids, sorted, at most ``limit`` (reads the whole index: for the CLI)."""
-        members = await self.client.smembers(self.keys.agents())
-        return sorted(str(m) for m in members)[:limit]
+        """Registered agent ids, sorted, at most ``limit`` (a full scan: for the CLI)."""
+        return (await self.directory.agents())[:limit]
 
     async def inspect(self, agents: Sequence[str], now_ms: int | None = None) -> list[AgentInspection]:
-        """Figures for ``agents`` (ids already checked), in order; pipelined."""
+        """Figures for ``agents`` (ids already checked), in order."""
         if now_ms is None:
             now_ms = await self.now_ms()
+        keys, script = self.keys, self.connection.scripts.inspect
         found: list[AgentInspection] = []
         for start in range(0, len(agents), PIPELINE_CHUNK):
             chunk = agents[start : start + PIPELINE_CHUNK]
-            pipe = self.client.pipeline(transaction=False)
-            for agent in chunk:
-                keys = self.keys
-                await self._script(
-                    keys=[keys.registration(agent), keys.inbox(agent), keys.dead_letters(agent)],
-                    args=[GROUP],
-                    client=pipe,
+            replies = await asyncio.gather(
+                *(
+                    self.connection.script(
+                        script,
+                        [keys.registration(a), keys.inbox(a), keys.dead_letters(a)],
+                        [GROUP],
+                        idempotent=True,
+                    )
+                    for a in chunk
                 )
-            replies = await pipe.execute()
+            )
             found.extend(_inspection(a, r, now_ms) for a, r in zip(chunk, replies, strict=True))
         return found
 
@@ -170,7 +172,7 @@ class Report:
     time: str
     """Redis ``TIME`` when the figures were read (ISO-8601 UTC)."""
     indexed: int
-    """Registered agents in the index (``SCARD``)."""
+    """Registered agents (registration hashes found by the scan)."""
     agents: list[AgentInspection]
 
 
@@ -182,38 +184,32 @@ async def report(
     prefix: str = DEFAULT_PREFIX,
     socket_timeout: float = 5.0,
 ) -> Report:
-    """Inspect one agent, or the first ``limit`` registered agents by id, on the Redis at ``url``.
+    """Inspect one agent, or the first ``limit`` registered agents by id, on the Redis (or cluster)
+    at ``url``.
 
     Raises:
         BackendUnavailable: Redis cannot be reached or read; the message names the (redacted) URL.
     """
     shown = redacted(url)
-    client: Redis = Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_connect_timeout=min(socket_timeout, 2.0),
-        socket_timeout=socket_timeout,
-        retry=Retry(NoBackoff(), 0),
+    settings = RedisSettings(
+        url=url, prefix=prefix, command_timeout=socket_timeout, connect_timeout=min(socket_timeout, 2.0)
     )
+    connection = RedisConnection(settings)
+    await connection.open()
     try:
-        inspector = Inspector(client, Keys(prefix))
+        inspector = Inspector(connection)
         now_ms = await inspector.now_ms()
-        indexed = await inspector.agent_count()
-        agents = [agent] if agent is not None else await inspector.agent_ids(limit)
+        everyone = await inspector.directory.agents()
+        agents = [agent] if agent is not None else everyone[:limit]
         found = await inspector.inspect(agents, now_ms)
-    except (RedisError, OSError) as exc:
-        detail = " ".join(str(exc).split()) or type(exc).__name__
+    except BackendUnavailable as exc:
         raise BackendUnavailable(
-            f"cannot read Redis at {shown} ({detail}); is it running, and is it the one relay serve uses?"
+            f"cannot read Redis at {shown} ({exc.message}); is it running, and is it the one relay "
+            "serve uses?"
         ) from exc
     finally:
-        await client.aclose()
-    return Report(redis=shown, time=format_time(from_ms(now_ms)), indexed=indexed, agents=found)
-
-
-def entry_ms(entry_id: str) -> int:
-    """The milliseconds part of a stream entry id (``1764423912345-0``): when Redis added it."""
-    return int(entry_id.partition("-")[0])
+        await connection.close()
+    return Report(redis=shown, time=format_time(from_ms(now_ms)), indexed=len(everyone), agents=found)
 
 
 def redacted(url: str) -> str:

@@ -1,7 +1,8 @@
 """Every Redis key name relay uses, built in one place (see docs/redis-layout.md).
 
 Agent ids are checked against ``broker.ids.AGENT_ID_PATTERN`` before they reach this module, so a key
-can never be injected. The ``{agent}`` hash tag keeps an agent's keys in one cluster slot.
+can never be injected. The ``{agent}`` hash tag keeps an agent's keys in one cluster slot, and every
+script touches the keys of one agent only.
 """
 
 from __future__ import annotations
@@ -34,10 +35,31 @@ class Keys:
         """String: the sender's rate-limit state."""
         return f"{self.prefix}:rate:{{{agent}}}"
 
-    def agents(self) -> str:
-        """Set of every registered agent id (for listing and inspection)."""
+    def wake_channel(self) -> str:
+        """Pub/sub channel: the send, requeue and register scripts publish the agent id here."""
+        return f"{self.prefix}:wake"
+
+    def registrations(self) -> str:
+        """A SCAN pattern matching every registration hash: the agent directory is a scan of these
+        (no global index: it would put every registration in one cluster slot)."""
+        return f"{_glob_escape(self.prefix)}:agent:{{*}}"
+
+    def agent_of(self, registration_key: str) -> str | None:
+        """The agent id in a registration key, or None when it is not one."""
+        head = f"{self.prefix}:agent:{{"
+        if registration_key.startswith(head) and registration_key.endswith("}"):
+            return registration_key[len(head) : -1]
+        return None
+
+    def legacy_agents(self) -> str:
+        """Set of every registered agent id, kept by relay's earlier layout; ``relay migrate`` removes
+        it (see docs/redis-layout.md)."""
         return f"{self.prefix}:agents"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every relay key."""
-        return f"{self.prefix}:*"
+        return f"{_glob_escape(self.prefix)}:*"
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

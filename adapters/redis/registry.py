@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
+from adapters.redis.directory import Directory
+from adapters.redis.entries import tier_of
+from adapters.redis.errors import store_error
 from adapters.redis.keys import GROUP
 from broker.addresses import Address
-from broker.envelope import Tier, format_time, from_ms, now_ms, parse_time
-from broker.errors import BackendUnavailable
+from broker.envelope import format_time, from_ms, now_ms, parse_time
 from broker.ports import RegisterOutcome, Registration
 
 
@@ -18,6 +21,7 @@ class RedisRegistry:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
         self.keys = connection.keys
+        self.directory = Directory(connection)
 
     async def open(self) -> None:
         await self.connection.open()
@@ -31,18 +35,17 @@ class RedisRegistry:
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
         now = format_time(from_ms(now_ms()))
         keys = self.keys
-
-        async def run() -> list[object]:
-            reply: list[object] = await self.connection.scripts.register(
-                keys=[keys.registration(agent), keys.inbox(agent), keys.agents()],
-                args=[agent, address.provider, address.endpoint, address.tier.label, session, now, GROUP],
-            )
-            return reply
-
+        tail = (GROUP, keys.wake_channel())
         try:
-            previous, registered_at, created = await self.connection.call(run, idempotent=True)
+            previous, registered_at, created = await self.connection.script(
+                self.connection.scripts.register,
+                [keys.registration(agent), keys.inbox(agent)],
+                [agent, address.provider, address.endpoint, address.tier.label, session, now, *tail],
+                idempotent=True,
+                durable=True,
+            )
         except ResponseError as exc:
-            raise BackendUnavailable(f"registration failed: {exc}") from exc
+            raise store_error(exc) from exc
         registration = Registration(
             agent=agent,
             provider=address.provider,
@@ -58,28 +61,29 @@ class RedisRegistry:
     async def get(self, agent: str) -> Registration | None:
         key = self.keys.registration(agent)
 
-        async def run() -> dict[str, str]:
-            found = await self.connection.client.hgetall(key)
+        async def run(client: Redis | RedisCluster) -> dict[str, str]:
+            found = await client.hgetall(key)
             return {str(k): str(v) for k, v in found.items()}
 
         found = await self.connection.call(run, idempotent=True)
         return _registration(agent, found) if found else None
 
     async def list(self, limit: int = 1000) -> list[Registration]:
-        async def run() -> list[Registration]:
-            members = await self.connection.client.smembers(self.keys.agents())
-            agents = sorted(str(m) for m in members)[:limit]
-            pipe = self.connection.client.pipeline(transaction=False)
+        agents = (await self.directory.agents())[:limit]
+        keys = self.keys
+
+        async def run(client: Redis | RedisCluster) -> list[Registration]:
+            pipe = client.pipeline(transaction=False)
             for agent in agents:
-                pipe.hgetall(self.keys.registration(agent))
-            rows = await pipe.execute()
+                pipe.hgetall(keys.registration(agent))
+            found = await pipe.execute()
             return [
                 _registration(a, {str(k): str(v) for k, v in row.items()})
-                for a, row in zip(agents, rows, strict=True)
+                for a, row in zip(agents, found, strict=True)
                 if row
             ]
 
-        return await self.connection.call(run, idempotent=True)
+        return await self.connection.call(run, idempotent=True) if agents else []
 
 
 def _registration(agent: str, row: Mapping[str, str]) -> Registration:
@@ -87,7 +91,7 @@ def _registration(agent: str, row: Mapping[str, str]) -> Registration:
         agent=agent,
         provider=row.get("provider", ""),
         endpoint=row.get("endpoint", ""),
-        tier=Tier.from_label(row.get("tier", "network")),
+        tier=tier_of(row.get("tier", "network")),
         session=row.get("session", ""),
         registered_at=parse_time(row["registered_at"]),
         updated_at=parse_time(row["updated_at"]),

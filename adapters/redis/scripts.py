@@ -1,24 +1,106 @@
-"""The Lua scripts, loaded from ``lua/*.lua`` (each file's header documents its KEYS and ARGV)."""
+"""The Lua scripts (``lua/*.lua``; each file's header documents its KEYS and ARGV) and their loading.
+
+Every script touches the keys of one hash slot (all named with one ``{agent}`` tag), so each runs on
+one cluster node. Scripts that read or write inbox entries start with ``lua/_entry.lua``, the one
+Lua definition of the stream entry layout (``adapters/redis/entries.py`` is its Python twin).
+
+``ScriptLoader`` loads a script into a node's cache when the node says ``NOSCRIPT`` (first use, or
+after a restart or ``SCRIPT FLUSH``): one ``SCRIPT LOAD`` per script and node at a time; calls that
+hit ``NOSCRIPT`` meanwhile wait for that load instead of starting their own.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from importlib.resources import files
 
-from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
-
-SCRIPT_NAMES = ("register", "send", "fetch", "ack")
+_WITH_ENTRY = {"send_append", "ack", "retry"}
 
 
 def read_script(name: str) -> str:
-    return (files("adapters.redis") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    """The source of ``lua/<name>.lua``, with the entry-layout prelude where the script uses it."""
+    root = files("adapters.redis") / "lua"
+    body = (root / f"{name}.lua").read_text(encoding="utf-8")
+    if name in _WITH_ENTRY:
+        return (root / "_entry.lua").read_text(encoding="utf-8") + body
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+
+    @classmethod
+    def named(cls, name: str) -> Script:
+        source = read_script(name)
+        return cls(name, source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
+
+
+@dataclass(slots=True)
+class _Loads:
+    in_flight: dict[tuple[str, str], asyncio.Future[None]] = field(default_factory=dict)
+    done: dict[tuple[str, str], int] = field(default_factory=dict)
+    counter: int = 0
+
+
+class ScriptLoader:
+    """Single-flight ``SCRIPT LOAD`` per (node, script).
+
+    ``stamp()`` is taken when a call is written; when the call comes back ``NOSCRIPT``, ``ensure``
+    loads the script unless a load on that node finished after the stamp (then the call was simply
+    sent too early, and retrying is enough) or is running now (then it waits for it).
+    """
+
+    def __init__(self) -> None:
+        self._loads = _Loads()
+
+    def stamp(self) -> int:
+        return self._loads.counter
+
+    async def ensure(
+        self, node: str, script: Script, stamp: int, load: Callable[[str], Awaitable[object]]
+    ) -> None:
+        key = (node, script.sha)
+        loads = self._loads
+        running = loads.in_flight.get(key)
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        if loads.done.get(key, -1) > stamp:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loads.in_flight[key] = future
+        try:
+            await load(script.source)
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("load cancelled"))
+            future.exception()  # retrieved: waiters re-raise it, nobody else has to
+            raise
+        else:
+            loads.counter += 1
+            loads.done[key] = loads.counter
+            future.set_result(None)
+        finally:
+            del loads.in_flight[key]
 
 
 class Scripts:
-    """Script objects bound to one client; they reload themselves after a Redis restart (NOSCRIPT)."""
+    """Every script relay runs, by name."""
 
-    def __init__(self, client: Redis) -> None:
-        self.register: AsyncScript = client.register_script(read_script("register"))
-        self.send: AsyncScript = client.register_script(read_script("send"))
-        self.fetch: AsyncScript = client.register_script(read_script("fetch"))
-        self.ack: AsyncScript = client.register_script(read_script("ack"))
+    def __init__(self) -> None:
+        self.register = Script.named("register")
+        self.send_check = Script.named("send_check")
+        self.send_append = Script.named("send_append")
+        self.send_refund = Script.named("send_refund")
+        self.fetch = Script.named("fetch")
+        self.ack = Script.named("ack")
+        self.claim = Script.named("claim")
+        self.retry = Script.named("retry")
+        self.dead_letter = Script.named("dead_letter")
+        self.requeue = Script.named("requeue")
+        self.inspect = Script.named("inspect")

@@ -16,21 +16,11 @@ end
 local out = {}
 for i = 3, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
-  local found = redis.call('XRANGE', KEYS[2], id, id)
+  local fields = entry_with_nonce(KEYS[2], id, nonce)
   local result = 0
-  if found[1] then
-    local fields = found[1][2]
-    local seen = {}
-    for j = 1, #fields - 1, 2 do
-      local name = fields[j]
-      if name == 'nonce' or name == 'from' or name == 'tier' then
-        seen[name] = fields[j + 1]
-      end
-    end
-    if seen.nonce == nonce and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
-      redis.call('XDEL', KEYS[2], id)
-      result = {seen.from or '', seen.tier or 'network'}
-    end
+  if fields and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
+    redis.call('XDEL', KEYS[2], id)
+    result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}
   end
   out[#out + 1] = result
 end

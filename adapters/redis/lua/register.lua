@@ -1,7 +1,8 @@
 -- register.lua: upsert an agent's registration and make sure its inbox stream and group exist.
--- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] agents index set
+-- KEYS[1] registration hash   KEYS[2] inbox stream   (one agent: one hash slot)
 -- ARGV[1] agent id   ARGV[2] provider   ARGV[3] endpoint   ARGV[4] tier label   ARGV[5] session
--- ARGV[6] now (ISO-8601 UTC)   ARGV[7] consumer group name
+-- ARGV[6] now (ISO-8601 UTC)   ARGV[7] consumer group name   ARGV[8] wake-up channel
+-- A new session wakes the agent's parked long-polls (they look again and find themselves superseded).
 -- Returns {previous session or "", registered_at, created (1|0)}.
 local previous = redis.call('HMGET', KEYS[1], 'session', 'registered_at')
 local created = 0
@@ -17,5 +18,7 @@ local ok = redis.pcall('XGROUP', 'CREATE', KEYS[2], ARGV[7], '0', 'MKSTREAM')
 if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, true) then
   return redis.error_reply(ok.err)
 end
-redis.call('SADD', KEYS[3], ARGV[1])
+if previous[1] and previous[1] ~= ARGV[5] then
+  redis.call('PUBLISH', ARGV[8], ARGV[1])
+end
 return {previous[1] or '', registered_at, created}

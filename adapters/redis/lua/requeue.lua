@@ -1,21 +1,23 @@
 -- requeue.lua: move dead letters back into the inbox as new entries, oldest first.
 -- KEYS[1] dead-letter stream   KEYS[2] inbox stream
--- ARGV[1] consumer group   ARGV[2] n = how many envelope ids follow (0 = take the oldest dead letters)
--- ARGV[3 .. 2+n] envelope ids to requeue   ARGV[3+n ..] fresh nonces, one per envelope to requeue at most
+-- ARGV[1] consumer group   ARGV[2] wake-up channel   ARGV[3] agent id
+-- ARGV[4] n = how many envelope ids follow (0 = take the oldest dead letters)
+-- ARGV[5 .. 4+n] envelope ids to requeue   ARGV[5+n ..] fresh nonces, one per envelope to requeue at most
 -- Each dead letter becomes a new inbox entry (new stream id, new nonce, so a new envelope id) with its
 -- from, tier, sent_at and body fields, plus requeued_from = its old envelope id; then it is XDELed from
--- the dead-letter stream. The inbox cap is not checked: an operator asked for this.
+-- the dead-letter stream. The inbox cap is not checked: an operator asked for this. When anything
+-- was requeued the agent id is published on the wake-up channel.
 -- Returns a flat list: old envelope id, new stream id, nonce, ... for every entry requeued.
 local dropped = {envelope_id = true, attempts = true, reason = true, dead_at = true, requeued_from = true}
-local group, n = ARGV[1], tonumber(ARGV[2])
+local group, n = ARGV[1], tonumber(ARGV[4])
 local wanted, nonces = nil, {}
 if n > 0 then
   wanted = {}
-  for i = 3, 2 + n do
+  for i = 5, 4 + n do
     wanted[ARGV[i]] = true
   end
 end
-for i = 3 + n, #ARGV do
+for i = 5 + n, #ARGV do
   nonces[#nonces + 1] = ARGV[i]
 end
 if #nonces == 0 then
@@ -58,5 +60,8 @@ while taken < #nonces do
     end
   end
   cursor = '(' .. page[#page][1]
+end
+if #out > 0 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 return out

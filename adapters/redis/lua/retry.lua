@@ -18,17 +18,7 @@ for i = 4, #ARGV, 2 do
   local count = 0
   local row = redis.call('XPENDING', KEYS[1], group, id, id, 1)[1]
   if row and row[2] == consumer then
-    local found = redis.call('XRANGE', KEYS[1], id, id)[1]
-    local matches = false
-    if found then
-      local fields = found[2]
-      for j = #fields - 1, 1, -2 do
-        if fields[j] == 'nonce' then
-          matches = fields[j + 1] == nonce
-          break
-        end
-      end
-    end
+    local matches = entry_with_nonce(KEYS[1], id, nonce) ~= nil
     if matches then
       if mode == 'touch' then
         redis.call('XCLAIM', KEYS[1], group, consumer, 0, id, 'JUSTID')

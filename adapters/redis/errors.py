@@ -1,0 +1,84 @@
+"""What a Redis failure means for the caller: the one translation from redis-py exceptions to relay's
+errors (``broker.errors``), so that a store that is fine is never blamed and a refusal that a retry
+cannot fix is never called retryable.
+
+Script refusals (``RELAY_*`` error replies) are not translated here: each store maps them with what
+it knows (which agent, which session).
+"""
+
+from __future__ import annotations
+
+import re
+
+from redis.exceptions import (
+    ClusterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from adapters.redis.pipeline import ReplicasBehind
+from broker.errors import BackendRefused, BackendUnavailable, RelayError
+
+RELAY_REFUSAL = "RELAY_"
+"""Error replies of relay's own scripts start with this (``RELAY_UNREGISTERED``, ...)."""
+
+_SCRIPT_NOISE = re.compile(r"\s*(script: \w+, on @user_script:\d+\.|user_script:\d+:\s*)")
+
+
+def is_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, ResponseError) and str(exc).startswith(RELAY_REFUSAL)
+
+
+def store_error(exc: BaseException) -> RelayError:
+    """The relay error for a Redis failure that is not a script refusal."""
+    if isinstance(exc, ReplicasBehind):
+        return BackendUnavailable(
+            f"the message store did not confirm the write on enough replicas ({exc}); retry shortly "
+            "(a retried send can arrive twice)"
+        )
+    if isinstance(exc, RedisTimeoutError | TimeoutError):
+        return BackendUnavailable(
+            f"the message store did not answer in time ({exc}); the operation may have landed; retry "
+            "shortly (a retried send can arrive twice)"
+        )
+    if isinstance(exc, TryAgainError | ClusterDownError | ReadOnlyError):
+        return BackendUnavailable(
+            f"the message store cluster is failing over or moving slots ({_code(exc)}); nothing was "
+            "written; retry shortly"
+        )
+    if isinstance(exc, RedisConnectionError | OSError):
+        return BackendUnavailable(f"the message store is unavailable ({type(exc).__name__}); retry shortly")
+    if isinstance(exc, OutOfMemoryError):
+        return BackendUnavailable(
+            "the message store is out of memory (maxmemory reached); nothing was written; retry after "
+            "inboxes are drained"
+        )
+    if isinstance(exc, NoPermissionError) or str(exc).startswith("NOPERM"):
+        return BackendRefused(
+            f"the message store refused relay's Redis user ({_clean(exc)}); an operator must grant it "
+            "the commands and keys relay uses (docs/operations.md)"
+        )
+    if isinstance(exc, ResponseError):
+        return BackendRefused(
+            f"the message store refused the operation ({_clean(exc)}); retrying will not help, see the "
+            "relay's log"
+        )
+    if isinstance(exc, RedisError):  # unreadable replies and the like: the connection is suspect
+        return BackendUnavailable(f"the message store failed ({type(exc).__name__}); retry shortly")
+    raise exc
+
+
+def _code(exc: BaseException) -> str:
+    return (str(exc).split() or [type(exc).__name__])[0]
+
+
+def _clean(exc: BaseException) -> str:
+    """The error reply without script SHA and line numbers, on one line, at most 200 characters."""
+    text = _SCRIPT_NOISE.sub(" ", " ".join(str(exc).split())).strip()
+    return text[:200] or type(exc).__name__

@@ -1,0 +1,276 @@
+"""Auto-pipelined script calls: the one way relay runs its Lua scripts.
+
+Script calls made in the same event-loop turn for the same node go out as one pipeline (one write,
+one round trip, at most ``MAX_BATCH`` calls) on one of that node's connections. Redis runs each
+script atomically, one after another; every call gets its own reply or error. Under concurrency this
+cuts the client's cost per call several times over (docs/performance.md).
+
+What comes back is handled here, once for every script:
+
+- ``NOSCRIPT``: the script is loaded (single-flight, ``ScriptLoader``) and the call sent again.
+- ``MOVED``: the slot map is updated and the call sent to the new owner; ``ASK``: sent once to the
+  importing node behind ``ASKING``.
+- ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, ``READONLY``, ``LOADING``: the server did not run the
+  script; the call is sent again after a short pause (the topology reloaded), until the command
+  timeout runs out.
+- A connection failure or a timeout (``timeout`` seconds for checkout plus round trip) fails every
+  call of that pipeline; the caller decides whether to retry (a send is not retried).
+
+``durable`` calls (sends, acknowledgements, registrations) are followed by ``WAIT replicas`` on the
+same connection when ``replicas`` > 0: if fewer replicas confirm within the timeout, each durable call
+of that pipeline fails with ``ReplicasBehind`` (the write may have landed, like any timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from adapters.redis.routing import Node, Router
+from adapters.redis.scripts import Script, ScriptLoader
+
+MAX_BATCH = 8
+"""Calls per pipeline at most; more queued calls in one turn go out as several pipelines, so Redis
+runs one while this process handles the replies of another (8 beat 4 and 128 at 16 concurrent callers:
+docs/performance.md)."""
+_MAX_ATTEMPTS = 16
+_NOT_RUN = (TryAgainError, ClusterDownError, ReadOnlyError)
+"""Refusals after which the server has run nothing: sending again is safe even for a send."""
+
+
+class ReplicasBehind(RedisTimeoutError):
+    """``WAIT`` saw fewer replicas than required within the timeout; the write may have landed."""
+
+
+@dataclass(slots=True)
+class _Call:
+    script: Script
+    key: str
+    args: tuple[str | int, ...]
+    """numkeys, keys, args: EVALSHA's arguments after the sha."""
+    durable: bool
+    future: asyncio.Future[Any]
+    started: float
+    attempts: int = 0
+    stamp: int = 0
+
+
+class AutoPipeline:
+    def __init__(self, router: Router, loader: ScriptLoader, timeout: float, replicas: int = 0) -> None:
+        self.router = router
+        self._loader = loader
+        self._timeout = timeout
+        self._replicas = replicas
+        self._queues: dict[tuple[str, bool], tuple[Node, list[_Call]]] = {}
+        self._flush_scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def evalsha(
+        self, script: Script, keys: Sequence[str], args: Sequence[str | int], *, durable: bool = False
+    ) -> asyncio.Future[Any]:
+        """Run ``script``; every key must be in one hash slot (the first one routes the call)."""
+        loop = asyncio.get_running_loop()
+        call = _Call(
+            script,
+            keys[0],
+            (len(keys), *keys, *args),
+            durable and self._replicas > 0,
+            loop.create_future(),
+            time.monotonic(),
+        )
+        self._enqueue(call)
+        return call.future
+
+    def _enqueue(self, call: _Call) -> None:
+        try:
+            node = self.router.node_for(call.key)
+        except Exception as exc:  # no node serves the slot (a cluster still forming or failing)
+            self._retry_later(call, exc)
+            return
+        entry = self._queues.get((node.name, call.durable))
+        if entry is None:
+            entry = self._queues[node.name, call.durable] = (node, [])
+        entry[1].append(call)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        queues, self._queues = self._queues, {}
+        for node, calls in queues.values():
+            for start in range(0, len(calls), MAX_BATCH):
+                self._spawn(self._run(node, calls[start : start + MAX_BATCH]))
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, node: Node, calls: list[_Call], asking: bool = False) -> None:
+        stamp = self._loader.stamp()
+        commands: list[tuple[str | int, ...]] = []
+        for call in calls:
+            call.stamp = stamp
+            if asking:
+                commands.append(("ASKING",))
+            commands.append(("EVALSHA", call.script.sha, *call.args))
+        durable = calls[0].durable
+        if durable:
+            commands.append(("WAIT", self._replicas, max(1, int(self._timeout * 1000) - 250)))
+        try:
+            replies = await self._roundtrip(node, commands)
+        except Exception as exc:
+            if isinstance(exc, RedisConnectionError | OSError) and self.router.cluster:
+                self._spawn(self.router.refresh())
+            for call in calls:
+                _fail(call, exc)
+            return
+        except BaseException:
+            for call in calls:
+                call.future.cancel()
+            raise
+        if asking:
+            replies = replies[1::2] + replies[len(calls) * 2 :]
+        behind = None
+        if durable:
+            confirmed = replies.pop()
+            if not isinstance(confirmed, int) or confirmed < self._replicas:
+                behind = ReplicasBehind(
+                    f"only {confirmed} of {self._replicas} replicas confirmed the write within "
+                    f"{self._timeout}s; it may have landed"
+                )
+        for call, reply in zip(calls, replies, strict=True):
+            if call.future.done():
+                continue
+            if not isinstance(reply, ResponseError):
+                if behind is not None:
+                    call.future.set_exception(behind)
+                else:
+                    call.future.set_result(reply)
+            else:
+                self._spawn(self._handle(node, call, reply))
+
+    async def _handle(self, node: Node, call: _Call, error: ResponseError) -> None:
+        call.attempts += 1
+        if call.attempts > _MAX_ATTEMPTS:
+            _fail(call, error)
+            return
+        try:
+            if isinstance(error, NoScriptError):
+                await self._loader.ensure(node.name, call.script, call.stamp, lambda s: self._load(node, s))
+            elif isinstance(error, MovedError):
+                await self.router.moved(error)
+            elif isinstance(error, AskError):
+                await self._run(self.router.node_at(str(error.host), int(error.port)), [call], asking=True)
+                return
+            elif isinstance(error, _NOT_RUN):
+                self._retry_later(call, error)
+                return
+            else:
+                _fail(call, error)
+                return
+        except Exception as exc:
+            _fail(call, exc)
+            return
+        self._enqueue(call)
+
+    def _retry_later(self, call: _Call, error: Exception) -> None:
+        """Send ``call`` again after a pause and a topology reload, unless its time is up."""
+        if time.monotonic() - call.started + 0.05 * call.attempts > self._timeout:
+            _fail(call, error)
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(min(0.05 * call.attempts, 0.5))
+            try:
+                await self.router.refresh()
+            except Exception as exc:
+                if time.monotonic() - call.started > self._timeout:
+                    _fail(call, exc)
+                    return
+            call.attempts += 1
+            self._enqueue(call)
+
+        self._spawn(later())
+
+    async def _load(self, node: Node, source: str) -> None:
+        await self.command_on(node, "SCRIPT", "LOAD", source)
+
+    async def _roundtrip(self, node: Node, commands: list[tuple[str | int, ...]]) -> list[Any]:
+        """Write ``commands`` at once and read their replies (error replies as values); checkout and
+        round trip together take at most ``timeout``."""
+        connection = None
+        try:
+            async with asyncio.timeout(self._timeout):
+                connection = await node.take()
+                await connection.send_packed_command(pack(commands), check_health=False)
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(await connection.read_response())
+                    except ResponseError as exc:
+                        replies.append(exc)
+        except TimeoutError:
+            if connection is not None:
+                await node.drop(connection)
+            raise RedisTimeoutError(f"no reply from the message store within {self._timeout}s") from None
+        except BaseException:
+            if connection is not None:
+                await node.drop(connection)
+            raise
+        node.give(connection)
+        return replies
+
+    async def command(self, key: str | None, *args: str | int) -> Any:
+        """One plain command on the node of ``key`` (the first master when None), through the same
+        pools and timeout."""
+        node = self.router.node_for(key) if key is not None else self.router.primaries()[0]
+        return await self.command_on(node, *args)
+
+    async def command_on(self, node: Node, *args: str | int) -> Any:
+        (reply,) = await self._roundtrip(node, [args])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await self.router.close()
+
+
+def pack(commands: Sequence[Sequence[str | int]]) -> bytes:
+    """RESP for ``commands`` (str as UTF-8, int in decimal), as redis-py's encoder would write them;
+    about five times cheaper than ``Connection.pack_commands`` for script calls (docs/performance.md)."""
+    out: list[bytes] = []
+    for command in commands:
+        out.append(b"*%d\r\n" % len(command))
+        for arg in command:
+            data = arg.encode() if isinstance(arg, str) else b"%d" % arg
+            out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+def _fail(call: _Call, error: BaseException) -> None:
+    if not call.future.done():
+        call.future.set_exception(error)
+
+
+__all__ = ["MAX_BATCH", "AutoPipeline", "BusyLoadingError", "ReplicasBehind"]
