@@ -1,8 +1,9 @@
 """The storage ports the relay core is built on.
 
 ``IRegistry`` holds registrations; ``IInboxStore`` holds envelopes. A store is paired with the registry
-of the same backend (same Redis, same memory state): ``append``/``fetch``/``ack`` check registrations
-atomically with the write they guard, so a send never lands in an inbox whose owner is not registered.
+of the same backend (same Redis, same memory state): ``fetch``/``ack`` check the caller's registration
+atomically with what they read or write, and ``append`` checks the recipient's atomically with the
+append, so a send never lands in an inbox whose owner is not registered.
 """
 
 from __future__ import annotations
@@ -135,8 +136,11 @@ class IInboxStore(Protocol):
         sent_at_ms: int,
         sender_session: str | None = None,
     ) -> Appended:
-        """Atomically check both registrations and store one envelope in ``to``'s inbox.
+        """Check the sender (registration, session, rate) and then, atomically with the write, the
+        recipient (registration, inbox cap), and store one envelope in ``to``'s inbox.
 
+        The sender's checks come first and nothing is stored when they fail; the recipient's checks
+        are atomic with the append. A send refused by the recipient's checks consumes no rate token.
         The tier is the widest of the sender's and the recipient's registered tiers.
         Raises:
             UnregisteredAgent: the sender is not registered.  SessionSuperseded: ``sender_session`` is
@@ -151,11 +155,24 @@ class IInboxStore(Protocol):
     ) -> list[StoredEnvelope]:
         """Up to ``limit`` unacknowledged envelopes, oldest first.
 
-        When none is available and ``wait`` is positive, block up to ``wait`` seconds and return as
-        soon as one arrives.
+        When none is available and ``wait`` is positive, park up to ``wait`` seconds and return as soon
+        as one arrives. A parked fetch holds no store connection of its own: it is woken when
+        something may have changed for ``agent`` (a send to it, a requeue, a new registration) and then
+        looks again exactly like a new fetch, session check included, so a fetch whose session was
+        superseded while it waited raises ``SessionSuperseded`` instead of handing mail out. Closing
+        the store answers every parked fetch at once (with what is there, usually nothing).
+
+        Parking is bounded per process: at most ``max_waits_per_agent`` parked fetches for one agent
+        and ``max_waits`` in all; one more raises ``TooManyWaits`` at once (it never waits, and never
+        makes another agent's fetch fail).
         Raises:
-            UnregisteredAgent, SessionSuperseded (when ``session`` is given), BackendUnavailable.
+            UnregisteredAgent, SessionSuperseded (when ``session`` is given), TooManyWaits,
+            BackendUnavailable.
         """
+        ...
+
+    def parked(self, agent: str | None = None) -> int:
+        """Fetches parked in this process now: ``agent``'s, or all of them."""
         ...
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:

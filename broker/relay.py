@@ -223,6 +223,10 @@ class Relay(Generic[Body]):
             self.metrics.count_delivered(tier, n)
         return envelopes
 
+    def parked_fetches(self, agent: str | None = None) -> int:
+        """Fetches parked (waiting for mail) in this process now: ``agent``'s, or all of them."""
+        return self._inbox.parked(agent)
+
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> Acknowledged:
         """Acknowledge envelopes of ``agent``'s own inbox. Harmless to repeat."""
         self._check_running()

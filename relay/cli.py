@@ -10,10 +10,20 @@ from typing import NoReturn
 from broker.errors import InvalidArgument, RelayError
 from broker.front.key_file import KeyFileError
 from broker.front.tokens import AuthError
-from relay.commands import EXIT_RUNTIME, EXIT_USAGE, Handler, UsageError, dead_letters, inspect, keys, serve
+from relay.commands import (
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    Handler,
+    UsageError,
+    dead_letters,
+    inspect,
+    keys,
+    migrate,
+    serve,
+)
 from relay.settings import SettingsError
 
-COMMANDS = (serve, keys, inspect, dead_letters)
+COMMANDS = (serve, keys, inspect, dead_letters, migrate)
 
 
 class _Parser(argparse.ArgumentParser):

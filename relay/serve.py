@@ -84,6 +84,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             inbox_cap=settings.inbox_cap,
             send_rate=settings.send_rate,
             send_burst=settings.burst,
+            wait_replicas=settings.wait_replicas,
         )
     )
     relay = Relay(

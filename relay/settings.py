@@ -82,6 +82,13 @@ class ServeSettings(StoreSettings):
     max_body_bytes: int = Field(
         DEFAULT_MAX_BODY_BYTES, ge=1024, le=64 * 1024 * 1024, description="largest /mcp/agent request body"
     )
+    wait_replicas: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="answer a send, acknowledgement or registration only once this many replicas hold it "
+        "(Redis WAIT); 0 = do not wait",
+    )
 
     @property
     def burst(self) -> int:

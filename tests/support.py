@@ -37,7 +37,11 @@ async def memory_relays(
     contract: Contract[B], count: int, limits: Limits = Limits()
 ) -> AsyncIterator[list[Relay[B]]]:
     state = MemoryState(
-        inbox_cap=limits.inbox_cap or None, send_rate=limits.send_rate, send_burst=limits.send_burst
+        inbox_cap=limits.inbox_cap or None,
+        send_rate=limits.send_rate,
+        send_burst=limits.send_burst,
+        max_waits_per_agent=limits.max_waits_per_agent,
+        max_waits=limits.max_waits,
     )
     relays = [Relay(contract, MemoryInboxStore(state), MemoryRegistry(state)) for _ in range(count)]
     async with contextlib.AsyncExitStack() as stack:
@@ -56,6 +60,8 @@ async def redis_relays(
         inbox_cap=limits.inbox_cap,
         send_rate=limits.send_rate,
         send_burst=limits.send_burst,
+        max_waits_per_agent=limits.max_waits_per_agent,
+        max_waits=limits.max_waits,
     )
     relays: list[Relay[B]] = []
     for _ in range(count):

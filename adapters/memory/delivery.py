@@ -122,15 +122,19 @@ class MemoryDeliveryQueue:
         out.extend(self._take_new(agent, inbox, consumer, limit - len(out)))
         if out or not wait or self._closed:
             return out
-        condition = inbox.condition()
-        async with condition:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    condition.wait_for(
-                        lambda: self._closed or any(e.deliveries == 0 for e in inbox.entries.values())
-                    ),
-                    wait,
-                )
+        self.state.park(agent)
+        try:
+            condition = inbox.condition()
+            async with condition:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        condition.wait_for(
+                            lambda: self._closed or any(e.deliveries == 0 for e in inbox.entries.values())
+                        ),
+                        wait,
+                    )
+        finally:
+            self.state.unpark(agent)
         return self._take_new(agent, inbox, consumer, limit)
 
     def _take_new(self, agent: str, inbox: MemoryInbox, consumer: str, count: int) -> list[StoredEnvelope]:

@@ -35,6 +35,11 @@ class MemoryInboxStore:
     async def ping(self) -> bool:
         return not self._closed
 
+    def parked(self, agent: str | None = None) -> int:
+        if agent is None:
+            return sum(self.state.parked.values())
+        return self.state.parked.get(agent, 0)
+
     def _caller(self, agent: str, session: str | None) -> Registration:
         registration = self.state.registrations.get(agent)
         if registration is None:
@@ -88,12 +93,16 @@ class MemoryInboxStore:
         self._caller(agent, session)
         inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
         if not inbox.entries and wait and not self._closed:
-            condition = inbox.condition()
-            async with condition:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        condition.wait_for(lambda: bool(inbox.entries) or self._closed), wait
-                    )
+            self.state.park(agent)
+            try:
+                condition = inbox.condition()
+                async with condition:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(
+                            condition.wait_for(lambda: bool(inbox.entries) or self._closed), wait
+                        )
+            finally:
+                self.state.unpark(agent)
             self._caller(agent, session)
         out: list[StoredEnvelope] = []
         for entry in list(inbox.entries.values())[:limit]:

@@ -10,6 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from broker.envelope import Tier
+from broker.errors import TooManyWaits
 from broker.ports import Registration
 
 
@@ -54,6 +55,28 @@ class MemoryState:
     send_burst: int = 0
     buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Per-sender token bucket: (tokens, monotonic time of the last refill)."""
+    max_waits_per_agent: int = 16
+    """Parked fetches (and claims) one agent may have at once."""
+    max_waits: int = 10_000
+    """Parked fetches (and claims) of all agents together."""
+    parked: dict[str, int] = field(default_factory=dict)
+    """Parked fetches and claims now, per agent."""
+
+    def park(self, agent: str) -> None:
+        """Count one more parked waiter of ``agent``; raises ``TooManyWaits`` over a cap."""
+        mine = self.parked.get(agent, 0)
+        if mine >= self.max_waits_per_agent:
+            raise TooManyWaits(agent, self.max_waits_per_agent)
+        if sum(self.parked.values()) >= self.max_waits:
+            raise TooManyWaits(agent, self.max_waits, per_agent=False)
+        self.parked[agent] = mine + 1
+
+    def unpark(self, agent: str) -> None:
+        left = self.parked.get(agent, 1) - 1
+        if left > 0:
+            self.parked[agent] = left
+        else:
+            self.parked.pop(agent, None)
 
     async def wake_all(self) -> None:
         """Wake the waiters on every inbox (a store or queue closing: they stop waiting)."""

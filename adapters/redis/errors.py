@@ -60,8 +60,9 @@ def store_error(exc: BaseException) -> RelayError:
             "inboxes are drained"
         )
     if isinstance(exc, NoPermissionError) or str(exc).startswith("NOPERM"):
+        detail = _clean(exc).removeprefix("NOPERM ")
         return BackendRefused(
-            f"the message store refused relay's Redis user ({_clean(exc)}); an operator must grant it "
+            f"the message store refused relay's Redis user (NOPERM {detail}); an operator must grant it "
             "the commands and keys relay uses (docs/operations.md)"
         )
     if isinstance(exc, ResponseError):

@@ -221,7 +221,7 @@ class InboxGauges(Collector):
         yield GaugeMetricFamily(
             "csf_relay_long_polls_parked",
             "Long-polls (FetchAgentInbox with wait_ms) parked on this worker now; see --max-waits.",
-            value=float(self._wakeups.parked),
+            value=float(self._wakeups.count()),
         )
         yield GaugeMetricFamily(
             "csf_relay_inspection_up",

@@ -50,6 +50,9 @@ class RedisInboxStore:
     async def ping(self) -> bool:
         return await self.connection.ping()
 
+    def parked(self, agent: str | None = None) -> int:
+        return self.connection.wakeups.count(agent)
+
     async def append(
         self,
         sender: str,

@@ -81,9 +81,11 @@ class Wakeups:
         self.subscribed = False
         self.closed = False
 
-    @property
-    def parked(self) -> int:
-        return self._total
+    def count(self, agent: str | None = None) -> int:
+        """Waiters parked now: ``agent``'s, or all."""
+        if agent is None:
+            return self._total
+        return len(self._waiters.get(agent, ()))
 
     def park(self, agent: str) -> Parked:
         """Register a waiter for ``agent`` (use it as a context manager); starts the subscriber.

@@ -33,6 +33,7 @@ from broker.errors import (
     InvalidArgument,
     RateLimited,
     SessionSuperseded,
+    TooManyWaits,
     UnknownRecipient,
     UnregisteredAgent,
 )
@@ -50,6 +51,8 @@ class Limits:
     inbox_cap: int = 0
     send_rate: float = 0.0
     send_burst: int = 0
+    max_waits_per_agent: int = 16
+    max_waits: int = 10_000
 
 
 class RelayConformance(ABC, Generic[Body]):
@@ -85,6 +88,15 @@ class RelayConformance(ABC, Generic[Body]):
     @staticmethod
     async def _bounded(coro: object) -> object:
         return await asyncio.wait_for(coro, _WAIT_BOUND)  # type: ignore[arg-type]
+
+    @staticmethod
+    async def _until_parked(relay: Relay[Body], agent: str, count: int) -> None:
+        """Until ``count`` fetches of ``agent`` are parked (bounded: 500 looks, 10 ms apart)."""
+        for _ in range(500):
+            if relay.parked_fetches(agent) >= count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{count} fetches of {agent} never parked")
 
     # -- ordering, limit, fetch-until-ack ---------------------------------------------------------
 
@@ -412,3 +424,75 @@ class RelayConformance(ABC, Generic[Body]):
             await one.send("carol", "bob", self.body(4))
             got = await one.fetch("bob", 16)
             assert [e.message for e in got] == [self.body(0), self.body(1), self.body(4)]
+
+    # -- parked fetches: caps, session re-check, shutdown --------------------------------------------
+
+    async def test_parked_fetches_are_capped_per_agent_and_others_still_wait(self) -> None:
+        async with self.make_relays(1, Limits(max_waits_per_agent=2)) as (relay,):
+            await self._agents(relay, "alice", "bob", "carol")
+            parked = [asyncio.create_task(relay.fetch("bob", 16, wait=20.0)) for _ in range(2)]
+            await self._until_parked(relay, "bob", 2)
+            with pytest.raises(TooManyWaits) as too_many:
+                await relay.fetch("bob", 16, wait=20.0)
+            refused = too_many.value
+            assert refused.code == "too_many_waits" and refused.retryable and refused.cap == 2
+            assert "2" in refused.message and "bob" in refused.message
+            other = asyncio.create_task(relay.fetch("carol", 16, wait=20.0))
+            to_carol = await relay.send("alice", "carol", self.body(1))
+            assert [e.id for e in await asyncio.wait_for(other, _WAIT_BOUND)] == [to_carol.id]
+            to_bob = await relay.send("alice", "bob", self.body(2))
+            for task in parked:
+                assert [e.id for e in await asyncio.wait_for(task, _WAIT_BOUND)] == [to_bob.id]
+
+    async def test_parked_fetches_are_capped_in_total(self) -> None:
+        async with self.make_relays(1, Limits(max_waits=2)) as (relay,):
+            await self._agents(relay, "alice", "bob", "carol", "dave")
+            parked = [asyncio.create_task(relay.fetch(a, 16, wait=20.0)) for a in ("bob", "carol")]
+            await self._until_parked(relay, "bob", 1)
+            await self._until_parked(relay, "carol", 1)
+            assert relay.parked_fetches() == 2
+            with pytest.raises(TooManyWaits) as too_many:
+                await relay.fetch("dave", 16, wait=20.0)
+            assert too_many.value.cap == 2 and too_many.value.retryable
+            assert await relay.fetch("dave", 16) == []  # a fetch that does not wait is never refused
+            for agent in ("bob", "carol"):
+                await relay.send("alice", agent, self.body(0))
+            for task in parked:
+                assert len(await asyncio.wait_for(task, _WAIT_BOUND)) == 1
+
+    async def test_a_parked_fetch_of_a_superseded_session_gets_no_mail(self) -> None:
+        async with self.make_relays(1) as (relay,):
+            await self._agents(relay, "alice")
+            await relay.register("bob", self.address(Tier.HOST, "bob"), "old")
+            parked = asyncio.create_task(relay.fetch("bob", 16, wait=20.0, session="old"))
+            await self._until_parked(relay, "bob", 1)
+            await relay.register("bob", self.address(Tier.HOST, "bob"), "new")
+            sent = await relay.send("alice", "bob", self.body(0))
+            with pytest.raises(SessionSuperseded):
+                await asyncio.wait_for(parked, _WAIT_BOUND)
+            got = await relay.fetch("bob", 16, session="new")
+            assert [(e.id, e.deliveries) for e in got] == [(sent.id, 1)]
+
+    async def test_stopping_answers_parked_fetches_at_once(self) -> None:
+        async with self.make_relays(1) as (relay,):
+            await self._agents(relay, "bob")
+            parked = asyncio.create_task(relay.fetch("bob", 16, wait=20.0))
+            await self._until_parked(relay, "bob", 1)
+            started = time.monotonic()
+            await relay.stop()
+            assert await asyncio.wait_for(parked, _WAIT_BOUND) == []
+            assert time.monotonic() - started < 2.0
+
+    async def test_a_send_refused_by_the_recipient_takes_no_rate_token(self) -> None:
+        async with self.make_relays(1, Limits(inbox_cap=1, send_rate=0.01, send_burst=2)) as (relay,):
+            await self._agents(relay, "alice", "bob")
+            await relay.send("alice", "bob", self.body(0))
+            for _ in range(3):
+                with pytest.raises(UnknownRecipient):
+                    await relay.send("alice", "nobody", self.body(1))
+                with pytest.raises(InboxFull):
+                    await relay.send("alice", "bob", self.body(2))
+            await self._agents(relay, "carol", "dave")
+            await relay.send("alice", "carol", self.body(3))  # the second token of the burst is still there
+            with pytest.raises(RateLimited):
+                await relay.send("alice", "dave", self.body(4))

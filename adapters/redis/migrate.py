@@ -1,0 +1,106 @@
+"""``relay migrate``: bring a store written by relay's earlier layout to the current one (idempotent).
+
+The earlier layout kept every agent id in one global set, ``<prefix>:agents``, which its register
+script wrote together with the agent's own keys. The current layout has no global key: the directory
+is a scan of registration hashes (``adapters/redis/directory.py``), and every script touches one
+agent's keys. Registration hashes, inbox and dead-letter streams, rate buckets and entry fields are
+the same in both layouts, so migrating is:
+
+1. for every agent in the old set that has a registration, make sure its inbox stream and consumer
+   group exist (``XGROUP CREATE ... MKSTREAM``; an existing group is kept as it is);
+2. delete the old set.
+
+Running it again finds no old set and changes nothing. ``dry_run`` only reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ResponseError
+
+from adapters.redis.connection import RedisConnection
+from adapters.redis.directory import Directory
+from adapters.redis.keys import GROUP
+
+_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    legacy_index: bool
+    """The old global set was there (before this run)."""
+    indexed: int
+    """Agent ids it listed."""
+    groups_created: int
+    """Inbox streams or groups that were missing and were created."""
+    registered: int
+    """Registrations the current layout finds (scan), after the run."""
+    dry_run: bool
+
+    def summary(self) -> str:
+        if not self.legacy_index:
+            return f"nothing to migrate: the store already has the current layout ({self.registered} agents)"
+        verb = "would delete" if self.dry_run else "deleted"
+        made = "would create" if self.dry_run else "created"
+        return (
+            f"{verb} the old agent index ({self.indexed} ids); {made} {self.groups_created} missing inbox "
+            f"groups; {self.registered} registered agents found by scan"
+        )
+
+
+async def migrate(connection: RedisConnection, *, dry_run: bool = False) -> Migration:
+    keys = connection.keys
+    index = keys.legacy_agents()
+
+    async def members(client: Redis | RedisCluster) -> list[str]:
+        if not await client.exists(index):
+            return []
+        found: list[str] = []
+        cursor = 0
+        for _ in range(1_000_000):
+            cursor, page = await client.sscan(index, cursor, count=_PAGE)
+            found += [str(m) for m in page]
+            if int(cursor) == 0:
+                break
+        return sorted(set(found))
+
+    async def exists(client: Redis | RedisCluster) -> bool:
+        return bool(await client.exists(index))
+
+    legacy = await connection.call(exists, idempotent=True)
+    agents = await connection.call(members, idempotent=True) if legacy else []
+    created = 0
+    for agent in agents:
+
+        async def ensure(client: Redis | RedisCluster, agent: str = agent) -> int:
+            if not await client.exists(keys.registration(agent)):
+                return 0
+            if dry_run:
+                groups = await _groups(client, keys.inbox(agent))
+                return 0 if GROUP in groups else 1
+            try:
+                await client.xgroup_create(keys.inbox(agent), GROUP, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+                return 0
+            return 1
+
+        created += await connection.call(ensure, idempotent=True)
+    if legacy and not dry_run:
+
+        async def drop(client: Redis | RedisCluster) -> None:
+            await client.delete(index)
+
+        await connection.call(drop, idempotent=True)
+    registered = len(await Directory(connection).agents())
+    return Migration(legacy, len(agents), created, registered, dry_run)
+
+
+async def _groups(client: Redis | RedisCluster, key: str) -> set[str]:
+    try:
+        return {str(g["name"]) for g in await client.xinfo_groups(key)}
+    except ResponseError:
+        return set()

@@ -1,0 +1,186 @@
+"""The Redis client stack under pressure and refusal: cold starts, flushed script caches, restarts,
+refusals that are not the store being down, ACL users, and ``WAIT`` for replicas. Each test starts its
+own server on a free loopback port (they flush scripts, restart, and change ACLs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis.server import EmbeddedRedis
+from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.envelope import Tier
+from broker.errors import BackendRefused, BackendUnavailable, RelayError
+from broker.relay import Relay
+from tests.support import address_for, unique_prefix
+
+SENDS = 500
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedRedis]:
+    embedded = EmbeddedRedis()
+    embedded.start()
+    try:
+        yield embedded
+    finally:
+        embedded.stop()
+
+
+@contextlib.asynccontextmanager
+async def relay_on(url: str, **settings: object) -> AsyncIterator[Relay[AgentMessage]]:
+    connection = RedisConnection(RedisSettings(url=url, prefix=unique_prefix(), **settings))  # type: ignore[arg-type]
+    async with Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection)) as relay:
+        yield relay
+
+
+def note(n: int) -> AgentMessage:
+    return AgentMessage(kind=Kind.KIND_NOTE, text=f"note {n}")
+
+
+def script_loads(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_script|load", {"calls": 0})["calls"])
+
+
+async def burst(relay: Relay[AgentMessage], count: int) -> list[BaseException | object]:
+    return await asyncio.gather(
+        *(relay.send(f"s{i % 50}", "sink", note(i)) for i in range(count)), return_exceptions=True
+    )
+
+
+async def test_500_concurrent_cold_sends_and_again_after_a_script_flush_all_land(
+    server: EmbeddedRedis,
+) -> None:
+    sync = redis.Redis.from_url(server.url, decode_responses=True)
+    async with relay_on(server.url, max_connections=8) as relay:
+        for name in ["sink", *(f"s{i}" for i in range(50))]:
+            await relay.register(name, address_for(Tier.HOST, name), "s1")
+        sync.script_flush()
+        sync.config_resetstat()
+        results = await burst(relay, SENDS)
+        refused = [r for r in results if isinstance(r, BaseException)]
+        assert refused == []
+        assert script_loads(sync) == 2  # send_check and send_append, once each
+
+        sync.script_flush()  # what a Redis restart does to the script cache
+        sync.config_resetstat()
+        results = await burst(relay, SENDS)
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        assert script_loads(sync) == 2
+        received = 0
+        for _ in range(2 * SENDS // 256 + 2):
+            got = await relay.fetch("sink", 256)
+            if not got:
+                break
+            received += len(got)
+            await relay.ack("sink", [e.id for e in got])
+        assert received == 2 * SENDS
+    sync.close()
+
+
+async def test_the_first_request_after_a_redis_restart_succeeds_and_parked_polls_wake(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path / "data", appendfsync="always")
+    server.start()
+    try:
+        async with relay_on(server.url) as relay:
+            await relay.register("alice", address_for(Tier.HOST, "alice"), "a")
+            await relay.register("bob", address_for(Tier.HOST, "bob"), "b")
+            await relay.send("alice", "bob", note(0))
+            server.restart()
+            sent = await relay.send("alice", "bob", note(1))  # pooled connections are stale: not an error
+            got = await relay.fetch("bob", 16)
+            assert [e.message.text for e in got] == ["note 0", "note 1"]
+            await relay.ack("bob", [e.id for e in got])
+            assert sent.id == got[1].id
+
+            parked = asyncio.create_task(relay.fetch("bob", 16, wait=20.0))
+            for _ in range(500):
+                if relay.parked_fetches("bob"):
+                    break
+                await asyncio.sleep(0.01)
+            server.restart()  # the subscription is lost and comes back: the poll still wakes
+            late = await relay.send("alice", "bob", note(2))
+            assert [e.id for e in await asyncio.wait_for(parked, 15)] == [late.id]
+    finally:
+        server.stop()
+
+
+async def test_a_key_of_the_wrong_type_is_a_refusal_not_an_outage(server: EmbeddedRedis) -> None:
+    sync = redis.Redis.from_url(server.url, decode_responses=True)
+    async with relay_on(server.url) as relay:
+        for name in ("alice", "bob"):
+            await relay.register(name, address_for(Tier.HOST, name), "s")
+        keys = relay._inbox.keys  # type: ignore[attr-defined]
+        sync.delete(keys.inbox("bob"))
+        sync.set(keys.inbox("bob"), "not a stream")
+        with pytest.raises(BackendRefused) as refused:
+            await relay.send("alice", "bob", note(0))
+        assert refused.value.retryable is False and refused.value.code == "backend_refused"
+        assert "WRONGTYPE" in refused.value.message
+        assert "user_script" not in refused.value.message and "script:" not in refused.value.message
+        assert await relay.ready()  # the store is fine
+    sync.close()
+
+
+async def test_acl_users_work_and_a_missing_permission_is_not_retryable(server: EmbeddedRedis) -> None:
+    sync = redis.Redis.from_url(server.url, decode_responses=True)
+    sync.acl_setuser(
+        "relay", enabled=True, passwords=["+s3cret"], keys=["*"], channels=["*"], commands=["+@all"]
+    )
+    sync.acl_setuser(
+        "reader",
+        enabled=True,
+        passwords=["+r3ad"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@read", "+info", "+ping", "+cluster"],
+    )
+    host_port = server.url.removeprefix("redis://").removesuffix("/0")
+    async with relay_on(f"redis://relay:s3cret@{host_port}/0") as relay:
+        for name in ("alice", "bob"):
+            await relay.register(name, address_for(Tier.HOST, name), "s")
+        sent = await relay.send("alice", "bob", note(0))
+        assert [e.id for e in await relay.fetch("bob", 16)] == [sent.id]
+    async with relay_on(f"redis://reader:r3ad@{host_port}/0") as relay:
+        with pytest.raises(BackendRefused) as refused:
+            await relay.register("carol", address_for(Tier.HOST, "carol"), "s")
+        assert not refused.value.retryable and "NOPERM" in refused.value.message
+    async with relay_on(f"redis://relay:wrong@{host_port}/0") as relay:
+        with pytest.raises(RelayError) as denied:
+            await relay.register("carol", address_for(Tier.HOST, "carol"), "s")
+        assert denied.value.code == "backend_unavailable"
+    sync.close()
+
+
+async def test_wait_replicas_answers_only_when_a_replica_holds_the_write(server: EmbeddedRedis) -> None:
+    async with relay_on(server.url, wait_replicas=1, command_timeout=1.0) as relay:
+        with pytest.raises(BackendUnavailable) as behind:
+            await relay.register("alice", address_for(Tier.HOST, "alice"), "a")
+        assert "replicas" in behind.value.message and behind.value.retryable
+    replica = EmbeddedRedis(extra_args=["--replicaof", "127.0.0.1", str(server.port)])
+    replica.start()
+    try:
+        sync = redis.Redis(port=replica.port, decode_responses=True)
+        for _ in range(500):
+            if sync.info("replication").get("master_link_status") == "up":
+                break
+            await asyncio.sleep(0.02)
+        async with relay_on(server.url, wait_replicas=1) as relay:
+            for name in ("alice", "bob"):
+                await relay.register(name, address_for(Tier.HOST, name), "s")
+            sent = await relay.send("alice", "bob", note(0))
+            keys = relay._inbox.keys  # type: ignore[attr-defined]
+            assert sync.xlen(keys.inbox("bob")) == 1  # on the replica when the send answered
+            got = await relay.fetch("bob", 16)
+            assert (await relay.ack("bob", [e.id for e in got])).acknowledged == (sent.id,)
+            assert sync.xlen(keys.inbox("bob")) == 0
+        sync.close()
+    finally:
+        replica.stop()
