@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from adapters.redis.local_cluster import LocalCluster, find_cli
 from adapters.redis.server import EmbeddedRedis
 
 
@@ -33,6 +34,26 @@ def redis_url(redis_server: EmbeddedRedis | None) -> str:
     if redis_server is None:
         return os.environ["REDIS_URL"]
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A real Redis Cluster on loopback: 3 masters with a replica each, started for the test run and
+    stopped (by PID) after it. Skipped, with the reason, where redis-cli is not installed."""
+    if find_cli() is None:
+        pytest.skip("redis-cli is not installed (apt-get install redis-tools); .ci/run installs it")
+    cluster = LocalCluster(masters=3, replicas=1)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_url(redis_cluster: LocalCluster) -> str:
+    """The URL of one node of the test cluster (any node is a way in)."""
+    return redis_cluster.url
 
 
 @pytest.fixture(scope="module")

@@ -42,3 +42,16 @@ class TestRedisRelay(TestMemoryRelay):
         self, count: int, limits: Limits = Limits()
     ) -> AbstractAsyncContextManager[list[Relay[AgentMessage]]]:
         return redis_relays(AgentMessageContract(), self.url, count, limits)
+
+
+class TestRedisClusterRelay(TestMemoryRelay):
+    """The same suite on a real 3-master Redis Cluster: every script runs on one node."""
+
+    @pytest.fixture(autouse=True)
+    def _url(self, cluster_url: str) -> None:
+        self.url = cluster_url
+
+    def make_relays(
+        self, count: int, limits: Limits = Limits()
+    ) -> AbstractAsyncContextManager[list[Relay[AgentMessage]]]:
+        return redis_relays(AgentMessageContract(), self.url, count, limits)

@@ -63,3 +63,25 @@ class TestRedisAgentMessageMessenger(TestMemoryAgentMessageMessenger):
         self, count: int, settings: DeliverySettings
     ) -> AbstractAsyncContextManager[list[Messenger[AgentMessage]]]:
         return redis_messengers(AgentMessageContract(), self.url, count, settings)
+
+
+class TestRedisClusterMessenger(TestMemoryMessenger):
+    @pytest.fixture(autouse=True)
+    def _url(self, cluster_url: str) -> None:
+        self.url = cluster_url
+
+    def make_messengers(
+        self, count: int, settings: DeliverySettings
+    ) -> AbstractAsyncContextManager[list[Messenger[Text]]]:
+        return redis_messengers(TextContract(), self.url, count, settings)
+
+
+class TestRedisClusterAgentMessageMessenger(TestMemoryAgentMessageMessenger):
+    @pytest.fixture(autouse=True)
+    def _url(self, cluster_url: str) -> None:
+        self.url = cluster_url
+
+    def make_messengers(
+        self, count: int, settings: DeliverySettings
+    ) -> AbstractAsyncContextManager[list[Messenger[AgentMessage]]]:
+        return redis_messengers(AgentMessageContract(), self.url, count, settings)

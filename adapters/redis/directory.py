@@ -54,7 +54,7 @@ class Directory:
                 if node is None:  # gone since the walk started (a failover): skip it
                     scan.node, scan.cursor = scan.node + 1, 0
                     return []
-                cursor, found = await client.execute_command(*args, target_nodes=node)
+                cursor, found = await node.execute_command(*args)
             else:
                 cursor, found = await client.execute_command(*args)  # type: ignore[no-untyped-call]
             scan.cursor = int(cursor)
