@@ -11,6 +11,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -115,12 +116,26 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             server_header=False,
         )
         server = uvicorn.Server(config)
+        _answer_parked_polls_on_exit(server, connection.wakeups.stop_waiting)
         if settings.agent_mcp_key_file is not None and hasattr(signal, "SIGHUP"):
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, app, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
         log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
         await server.serve()
     log.info("relay stopped")
+
+
+def _answer_parked_polls_on_exit(server: uvicorn.Server, stop_waiting: Callable[[], None]) -> None:
+    """On SIGINT/SIGTERM, answer parked long-polls at once (uvicorn drains in-flight requests before
+    the relay closes, and a parked poll would hold the drain for its whole wait)."""
+    loop = asyncio.get_running_loop()
+    handle_exit = server.handle_exit
+
+    def exiting(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(stop_waiting)
+        handle_exit(sig, frame)
+
+    server.handle_exit = exiting  # type: ignore[method-assign]
 
 
 def _reload_key_file(app: object, settings: ServeSettings) -> None:

@@ -130,10 +130,14 @@ class Wakeups:
         for waiters in list(self._waiters.values()):
             yield from list(waiters)
 
-    async def close(self) -> None:
-        """Answer every waiter at once ("stop waiting") and drop the subscription."""
+    def stop_waiting(self) -> None:
+        """Answer every waiter at once ("stop waiting"), and every later one too (shutting down)."""
         self.closed = True
         self.wake_all(False)
+
+    async def close(self) -> None:
+        """``stop_waiting`` and drop the subscription."""
+        self.stop_waiting()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
