@@ -20,10 +20,9 @@ from unittest import mock
 
 import pytest
 from prometheus_client import CollectorRegistry
-from redis.asyncio import Redis
 
+from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.gauges import InboxGauges
-from adapters.redis.keys import Keys
 from broker.metrics import RelayMetrics
 from relay.cli import build_parser
 from relay.settings import ServeSettings, load
@@ -40,7 +39,13 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 COMPOSE = load_yaml(ROOT / "docker-compose.yml")
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
-WORKERS = {name: service for name, service in SERVICES.items() if "build" in service}
+DEFAULT = {name: service for name, service in SERVICES.items() if "profiles" not in service}
+CLUSTER = {name: service for name, service in SERVICES.items() if "cluster" in service.get("profiles", [])}
+WORKERS = {name: service for name, service in DEFAULT.items() if "build" in service}
+CLUSTER_WORKERS = {name: service for name, service in CLUSTER.items() if "build" in service}
+CLUSTER_NODES = {
+    name: s for name, s in CLUSTER.items() if s.get("image", "").startswith("redis:") and "healthcheck" in s
+}
 PROMETHEUS = load_yaml(ROOT / "deploy" / "prometheus.yml")
 ALERTS = load_yaml(ROOT / "deploy" / "alerts.yml")
 
@@ -88,7 +93,7 @@ def published(service: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 
 def test_the_stack_is_redis_two_workers_and_prometheus() -> None:
-    assert set(SERVICES) == {"redis", "prometheus", *WORKERS}
+    assert set(DEFAULT) == {"redis", "prometheus", *WORKERS}
     assert len(WORKERS) == 2
     for service in WORKERS.values():
         build = service["build"]
@@ -194,10 +199,45 @@ def test_dockerignore_keeps_keys_and_local_state_out_of_the_build_context() -> N
     assert not {"broker/", "adapters/", "relay/", "pyproject.toml", "README.md"} & ignored
 
 
+def test_the_cluster_profile_is_six_nodes_a_one_shot_create_and_two_workers_on_different_nodes() -> None:
+    assert set(CLUSTER) == {*CLUSTER_NODES, "redis-cluster-init", *CLUSTER_WORKERS}
+    assert len(CLUSTER_NODES) == 6 and len(CLUSTER_WORKERS) == 2
+    volumes = set()
+    for node in CLUSTER_NODES.values():
+        command = node["command"]
+        flags = dict(zip(command[1::2], command[2::2], strict=True))
+        assert command[0] == "redis-server" and flags["--cluster-enabled"] == "yes"
+        assert flags["--appendonly"] == "yes"
+        (volume,) = node["volumes"]
+        volumes.add(volume.split(":")[0])
+        assert node["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"] and "ports" not in node
+    assert volumes <= set(COMPOSE["volumes"]) and len(volumes) == 6
+    init = CLUSTER["redis-cluster-init"]
+    script = " ".join(init["command"])
+    assert "--cluster create" in script and "--cluster-replicas 1" in script and "--cluster-yes" in script
+    assert set(init["depends_on"]) == set(CLUSTER_NODES)
+    assert all(dep["condition"] == "service_healthy" for dep in init["depends_on"].values())
+    urls = set()
+    for name, service in CLUSTER_WORKERS.items():
+        settings = worker_settings(service)
+        assert settings.redis_url is not None
+        node = settings.redis_url.removeprefix("redis://").split(":")[0]
+        assert node in CLUSTER_NODES, name
+        urls.add(node)
+        assert service["depends_on"] == {
+            "redis-cluster-init": {"condition": "service_completed_successfully"}
+        }
+        ((ip, _, container_port),) = published(service)
+        assert ip == "127.0.0.1" and container_port == settings.port
+    assert len(urls) == 2, "the two workers enter the cluster through different nodes"
+    ports = [p for s in [*WORKERS.values(), *CLUSTER_WORKERS.values()] for _, p, _ in published(s)]
+    assert len(set(ports)) == len(ports)
+
+
 def exported_metric_names() -> set[str]:
     registry = CollectorRegistry()
     RelayMetrics(registry)
-    registry.register(InboxGauges(Redis(), Keys()))
+    registry.register(InboxGauges(RedisConnection(RedisSettings(url="redis://127.0.0.1:1/0"))))
     names = set()
     for family in registry.collect():
         names.add(f"{family.name}_total" if family.type == "counter" else family.name)
