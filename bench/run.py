@@ -42,10 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
 from adapters.redis import GROUP, RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis.local_cluster import LocalCluster
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
@@ -123,9 +124,13 @@ def uid_of(text: str) -> str:
     return text.split(" ", 2)[1]
 
 
-async def redis_cpu(client: Redis) -> float:
-    info = await client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+async def redis_cpu(client: Redis | list[Redis]) -> float:
+    """CPU seconds the server used so far (summed over every master of a cluster)."""
+    total = 0.0
+    for one in client if isinstance(client, list) else [client]:
+        info = await one.info("cpu")
+        total += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    return total
 
 
 async def timed(
@@ -133,7 +138,7 @@ async def timed(
     concurrency: int,
     duration: float,
     loop: Callable[[int, float, Result], Awaitable[None]],
-    monitor: Redis,
+    monitor: Redis | list[Redis],
 ) -> Result:
     """Run ``loop(k, deadline, result)`` for k in 0..concurrency-1 until the deadline; count CPU."""
     result = Result(name, 0, 0.0)
@@ -149,8 +154,14 @@ async def timed(
 # -- (a) raw redis-py ------------------------------------------------------------------------------
 
 
-async def raw_baseline(url: str, concurrency: int, duration: float, monitor: Redis) -> Result:
-    client = Redis.from_url(url, decode_responses=True)
+async def raw_baseline(
+    url: str, concurrency: int, duration: float, monitor: Redis | list[Redis], *, cluster: bool = False
+) -> Result:
+    client: Redis | RedisCluster = (
+        RedisCluster.from_url(url, decode_responses=True)
+        if cluster
+        else Redis.from_url(url, decode_responses=True)
+    )
     tag = secrets.token_hex(3)
     keys = [f"raw:{tag}:inbox:{{agent{k}}}" for k in range(concurrency)]
     for key in keys:
@@ -161,7 +172,7 @@ async def raw_baseline(url: str, concurrency: int, duration: float, monitor: Red
         t0 = time.perf_counter()
         await client.xadd(keys[k], {"body": text})
         reply = await client.xreadgroup(GROUP, f"agent{k}", {keys[k]: ">"}, count=1)
-        entry_id = reply[0][1][0][0]
+        entry_id = (reply[keys[k]][0] if isinstance(reply, dict) else reply[0][1])[0][0]
         await client.xack(keys[k], GROUP, entry_id)
         result.latency.append(time.perf_counter() - t0)
         result.messages += 1
@@ -195,7 +206,7 @@ async def core_relay(backend: str, url: str) -> Any:
 
 
 async def core_bench(
-    backend: str, batched: bool, url: str, concurrency: int, duration: float, monitor: Redis
+    backend: str, batched: bool, url: str, concurrency: int, duration: float, monitor: Redis | list[Redis]
 ) -> Result:
     address = ClaudeCodeAddress.parse("127.0.0.1:14111")
     mode = "batched x16" if batched else "one at a time"
@@ -320,12 +331,14 @@ def proc_cpu(pid: int) -> float:
 class Workers:
     """``relay serve`` worker processes (with the bench-only NoOp tool) sharing the bench's Redis."""
 
-    def __init__(self, redis_url: str, key_file: Path, count: int) -> None:
+    def __init__(self, redis_url: str | list[str], key_file: Path, count: int) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.urls: list[str] = []
-        for _ in range(count):
+        redis_urls = [redis_url] if isinstance(redis_url, str) else redis_url
+        for i in range(count):
             port = free_port()
-            cmd = [sys.executable, str(HERE / "noop_worker.py"), "serve", "--redis-url", redis_url]
+            where = redis_urls[i % len(redis_urls)]
+            cmd = [sys.executable, str(HERE / "noop_worker.py"), "serve", "--redis-url", where]
             cmd += ["--port", str(port), "--agent-mcp-key-file", str(key_file), "--log-level", "warning"]
             self.procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
             self.urls.append(f"http://127.0.0.1:{port}")
@@ -426,7 +439,9 @@ class Clients:
         data: dict[str, Any] = json.loads(line)
         return data
 
-    async def run(self, phase: str, duration: float, workers: Workers, monitor: Redis) -> Result:
+    async def run(
+        self, phase: str, duration: float, workers: Workers, monitor: Redis | list[Redis]
+    ) -> Result:
         redis0, workers0 = await redis_cpu(monitor), workers.cpu()
         for proc in self.procs:
             assert proc.stdin is not None
@@ -507,6 +522,71 @@ def ratio(rounds: list[Result], baselines: list[Result], calls: bool = False) ->
         if (b.call_rate if calls else b.rate)
     ]
     return median(pairs) if pairs else 0.0
+
+
+# -- a local Redis Cluster ------------------------------------------------------------------------
+
+
+async def cluster_phases(
+    args: argparse.Namespace, rounds: int, duration: float, mcp_duration: float, key_file: Path
+) -> tuple[dict[str, Any], list[Result]]:
+    """The core (relay's Redis backend and raw redis-py) and MCP phases on a local 3-master cluster
+    without replicas; Redis CPU is summed over the masters."""
+    figures: dict[str, Any] = {}
+    all_rounds: list[Result] = []
+    cluster = LocalCluster(masters=3, replicas=0)
+    cluster.start()
+    monitors = [Redis.from_url(url, decode_responses=True) for url in cluster.urls]
+    workers: Workers | None = None
+    clients: Clients | None = None
+    print(f"# local Redis Cluster: 3 masters on {', '.join(cluster.urls)}", flush=True)
+    try:
+        for c in () if args.skip_core else CONCURRENCIES:
+            per: dict[str, list[Result]] = {"raw": []}
+            for _ in range(rounds):
+                per["raw"].append(await raw_baseline(cluster.url, c, duration, monitors, cluster=True))
+                for batched in (False, True):
+                    r = await core_bench("redis", batched, cluster.url, c, duration, monitors)
+                    per.setdefault("batch" if batched else "one", []).append(r)
+            for key, rs in per.items():
+                all_rounds += rs
+                m = merged(rs)
+                m.name = "[cluster] " + m.name
+                suffix = "" if key == "raw" else f"  x{ratio(rs, per['raw']):.2f} raw c{c}"
+                print(m.row() + suffix, flush=True)
+                if key != "raw":
+                    figures[f"cluster_{key}_c{c}_ratio"] = round(ratio(rs, per["raw"]), 2)
+                if c == 16 and m.messages:
+                    figures[f"cluster_{key}_redis_cpu_us_per_msg"] = round(m.redis_cpu / m.messages * 1e6)
+        if not args.skip_mcp:
+            workers = Workers(cluster.urls[:2], key_file, 2)
+            workers.wait_ready()
+            for agents, nworkers in ((16, 2),):
+                clients = Clients(agents, nworkers)
+                await clients.start(workers, key_file, args.client_procs, args.mode)
+                relay_rounds, noop_rounds = [], []
+                for _ in range(rounds):
+                    relay_rounds.append(await clients.run("relay", mcp_duration, workers, monitors))
+                    noop_rounds.append(await clients.run("noop", mcp_duration, workers, monitors))
+                await clients.stop()
+                clients = None
+                all_rounds += relay_rounds
+                relay_r, noop_r = merged(relay_rounds), merged(noop_rounds)
+                relay_r.name = "[cluster] " + relay_r.name
+                mcp = ratio(relay_rounds, noop_rounds, calls=True)
+                print(relay_r.row(), flush=True)
+                print(mcp_row(relay_r, noop_r, mcp), flush=True)
+                figures[f"cluster_mcp_{nworkers}w_{agents}a_msgs_per_s"] = round(relay_r.median_rate)
+                figures[f"cluster_mcp_ratio_{agents}a{nworkers}w"] = round(mcp, 2)
+    finally:
+        if clients is not None:
+            await clients.stop()
+        if workers is not None:
+            workers.stop()
+        for monitor in monitors:
+            await monitor.aclose()
+        cluster.stop()
+    return figures, all_rounds
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -590,6 +670,17 @@ async def bench(args: argparse.Namespace) -> int:
                 figures[f"ceiling_{nworkers}w_{agents}a_calls_per_s"] = round(noop_r.median_call_rate)
                 figures[f"mcp_ratio_{config}"] = round(mcp_ratios[config], 2)
             figures["mcp_ceiling_ratio"] = round(min(mcp_ratios.values()), 2)
+        if args.cluster:
+            key_file = tmp / "relay.key"
+            if not key_file.exists():
+                key_file.write_text(generate_key() + "\n")
+                key_file.chmod(0o600)
+            if workers is not None:
+                workers.stop()
+                workers = None
+            found, cluster_rounds = await cluster_phases(args, rounds, duration, mcp_duration, key_file)
+            figures.update(found)
+            all_rounds += cluster_rounds
     finally:
         if clients is not None:
             await clients.stop()
@@ -613,6 +704,9 @@ async def bench(args: argparse.Namespace) -> int:
         }
     for key in [k for k in figures if k.startswith("memory_")]:
         figures.pop(key)
+    if "cluster_one_c16_ratio" in figures:
+        final["cluster_core_ratio"] = figures.pop("cluster_one_c16_ratio")
+        final["cluster_batched_ratio"] = figures.pop("cluster_batch_c16_ratio")
     if "mcp_ceiling_ratio" in figures:
         final["mcp_ceiling_ratio"] = figures.pop("mcp_ceiling_ratio")
         final["mcp_2w_16a_msgs_per_s"] = figures.pop("mcp_2w_16a_msgs_per_s")
@@ -636,6 +730,11 @@ def main() -> int:
     parser.add_argument("--mode", default="auto", choices=["auto", "legacy"], help="MCP client mode")
     parser.add_argument("--skip-mcp", action="store_true", help="only (a), (b) and memory")
     parser.add_argument("--skip-core", action="store_true", help="only (c) and its ceiling (profiling)")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also the core and MCP phases on a local 3-master Redis Cluster",
+    )
     parser.add_argument("--no-uvloop", dest="uvloop", action="store_false", help="plain asyncio loop")
     parser.add_argument("--json", help="also write the final figures to this file")
     args = parser.parse_args()
