@@ -187,10 +187,11 @@ class TooManyWaits(RelayError):
 
 
 class BackendUnavailable(RelayError):
-    """The store could not be reached or did not answer in time. Retry.
+    """The store could not be reached, did not answer in time, or is failing over. Retry.
 
-    Every write is one atomic script, so nothing is ever half-written. When the store could not be
-    reached nothing was written; when it did not answer in time, the write may still have landed.
+    Every write is made of atomic scripts, so nothing is ever half-written. When the store could not be
+    reached nothing was written; when it did not answer in time (or replicas did not confirm a write
+    within the timeout), the write may still have landed.
     """
 
     code = "backend_unavailable"

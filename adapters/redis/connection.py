@@ -27,6 +27,7 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCl
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adapters.redis.errors import is_refusal, store_error
 from adapters.redis.keys import Keys
@@ -182,7 +183,7 @@ class RedisConnection:
                     raise
                 raise store_error(exc) from exc
             except (RedisError, OSError) as exc:
-                if attempt + 1 < attempts and not isinstance(exc, TimeoutError):
+                if attempt + 1 < attempts and not isinstance(exc, TimeoutError | RedisTimeoutError):
                     continue
                 raise store_error(exc) from exc
         raise AssertionError("unreachable")
@@ -198,7 +199,9 @@ class RedisConnection:
                 async with self._plain:
                     return await operation(stack.client)
             except (RedisError, OSError) as exc:
-                if attempt + 1 < attempts and not isinstance(exc, ResponseError | TimeoutError):
+                if attempt + 1 < attempts and not isinstance(
+                    exc, ResponseError | TimeoutError | RedisTimeoutError
+                ):
                     continue
                 raise store_error(exc) from exc
         raise AssertionError("unreachable")
