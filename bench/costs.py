@@ -25,7 +25,6 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.providers import ClaudeCodeAddress
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import Inspector
@@ -33,6 +32,7 @@ from adapters.redis.keys import GROUP
 from adapters.redis.local_cluster import LocalCluster
 from adapters.redis.scripts import Script
 from adapters.redis.server import EmbeddedRedis
+from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.relay import Relay
 

@@ -79,4 +79,4 @@ async def test_migrate_is_idempotent_and_the_upgraded_relay_finds_its_data(redis
 
 def test_migrate_needs_a_redis_url() -> None:
     result = run_relay("migrate")
-    assert result.returncode == 2 and "relay migrate needs the relay's Redis" in result.stderr
+    assert result.returncode == 2 and "relay migrate needs the Redis that relay serve uses" in result.stderr

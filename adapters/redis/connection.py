@@ -32,7 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from adapters.redis.errors import is_refusal, store_error
 from adapters.redis.keys import Keys
 from adapters.redis.pipeline import AutoPipeline
-from adapters.redis.routing import ClusterRouter, SingleRouter
+from adapters.redis.routing import HEALTH_CHECK_SECONDS, ClusterRouter, SingleRouter
 from adapters.redis.scripts import Script, ScriptLoader, Scripts
 from adapters.redis.wake import Wakeups
 
@@ -136,12 +136,12 @@ class RedisConnection:
             )
             async with asyncio.timeout(s.command_timeout + s.connect_timeout):
                 await client.initialize()
-            router = ClusterRouter(client, s.max_connections, {"socket_timeout": None})
+            router = ClusterRouter(client, s.max_connections, _scripted(**common))
             stack = _Stack(
                 client, AutoPipeline(router, self._loader, s.command_timeout, s.wait_replicas), True
             )
         else:
-            factory = ConnectionPool.from_url(s.url, socket_timeout=None, **common)
+            factory = ConnectionPool.from_url(s.url, **_scripted(**common))
             pool = BlockingConnectionPool.from_url(
                 s.url,
                 socket_timeout=s.command_timeout,
@@ -230,6 +230,17 @@ class RedisConnection:
                 return "cluster_state:ok" in info
         except (RedisError, OSError, TimeoutError):
             return False
+
+
+def _scripted(**common: Any) -> dict[str, Any]:
+    """Settings of the script-call connections: no socket timeout (one timeout covers a whole round
+    trip), a PING before using a connection that sat idle, reconnected once when that fails."""
+    return {
+        **common,
+        "socket_timeout": None,
+        "health_check_interval": HEALTH_CHECK_SECONDS,
+        "retry": Retry(NoBackoff(), 1),
+    }
 
 
 async def _cluster_enabled(probe: Redis) -> bool:

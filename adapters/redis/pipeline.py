@@ -240,7 +240,7 @@ class AutoPipeline:
         try:
             async with asyncio.timeout(self._timeout):
                 connection = await node.take()
-                await connection.send_packed_command(pack(commands), check_health=False)
+                await connection.send_packed_command(pack(commands), check_health=True)
                 replies: list[Any] = []
                 for _ in commands:
                     try:

@@ -2,7 +2,9 @@
 
 ``Node`` is a small pool of redis-py connections to one server: at most ``limit`` connections, and a
 caller that finds all of them busy waits its turn (first come, first served) instead of being refused.
-A connection whose server closed it (a restart) is noticed when it is taken, and replaced.
+A connection whose server closed it (a restart) is noticed when it is taken, and replaced; one that sat
+idle is checked with a ``PING`` before use (redis-py's health check, ``HEALTH_CHECK_SECONDS``), so the
+first call after a Redis restart does not fail.
 
 ``SingleRouter`` routes everything to the one server of the URL. ``ClusterRouter`` asks redis-py's
 ``RedisCluster`` topology (``nodes_manager``) which node serves a key's slot, follows ``MOVED`` by
@@ -24,6 +26,9 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, MovedError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+HEALTH_CHECK_SECONDS = 0.05
+"""A connection idle longer than this is PINGed (and reconnected once if that fails) before use; under
+load connections are never idle that long, so it costs nothing there."""
 _REFRESH_EVERY = 0.25
 """Seconds between two topology reloads at most (failing nodes ask for one on every error)."""
 
@@ -35,14 +40,15 @@ class Node:
         self.name = name
         self._make = make
         self._limit = limit
-        self._idle: list[AbstractConnection] = []
+        self._idle: list[tuple[AbstractConnection, float]] = []
+        """Connections given back, with when: the most recent last (taken first)."""
         self._count = 0
         self._waiters: collections.deque[asyncio.Future[AbstractConnection | None]] = collections.deque()
 
     async def take(self) -> AbstractConnection:
         """A connected connection; waits (callers bound it with a timeout) while all are busy."""
         if self._idle:
-            connection = self._idle.pop()
+            connection, _ = self._idle.pop()
         elif self._count < self._limit:
             self._count += 1
             connection = self._make()
@@ -77,7 +83,7 @@ class Node:
             if not waiter.done():
                 waiter.set_result(connection)
                 return
-        self._idle.append(connection)
+        self._idle.append((connection, time.monotonic()))
 
     async def drop(self, connection: AbstractConnection) -> None:
         """Discard a connection that failed, timed out or was abandoned mid-round-trip."""
@@ -94,7 +100,7 @@ class Node:
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
-        for connection in idle:
+        for connection, _ in idle:
             await connection.disconnect(nowait=True)
 
 
