@@ -123,9 +123,7 @@ async def backend(redis_url: str | None) -> AsyncIterator[Messenger[AgentMessage
         try:
             yield messenger
         finally:
-            keys = [k async for k in connection.client.scan_iter(match=connection.keys.pattern())]
-            if keys:
-                await connection.client.delete(*keys)
+            await connection.delete_prefix()
 
 
 async def main(redis_url: str | None) -> int:

@@ -99,7 +99,7 @@ class World:
                 "entries": await self.store.xrange(inbox) if await self.store.exists(inbox) else [],
                 "pending": sorted((p["message_id"], p["times_delivered"]) for p in pending),
             }
-        state["agents"] = sorted(await self.store.smembers(self.keys.agents()))
+        state["agents"] = sorted([k async for k in self.store.scan_iter(match=self.keys.registrations())])
         return state
 
 

@@ -62,17 +62,17 @@ async def test_520_parked_polls_of_one_agent_do_not_fail_another_agents_poll(
             await ok(http, process.url, headers, "RegisterAgentAddress", REGISTER)
         started = time.monotonic()
         polls = [
-            asyncio.create_task(call_tool(http, process.url, mallory, "FetchAgentInbox", {"wait_ms": 12000}))
+            asyncio.create_task(call_tool(http, process.url, mallory, "FetchAgentInbox", {"wait_ms": 25000}))
             for _ in range(ATTACK)
         ]
         refused = []
-        for _ in range(200):  # until every poll beyond the cap has been answered
+        for _ in range(400):  # until every poll beyond the cap has been answered (20 s at most)
             refused = [t for t in polls if t.done()]
             if len(refused) >= ATTACK - PER_AGENT:
                 break
             await asyncio.sleep(0.05)
         assert len(refused) == ATTACK - PER_AGENT
-        assert time.monotonic() - started < 11  # answered at once, not after the 12 s wait
+        assert time.monotonic() - started < 20  # answered at once, not after the 25 s wait
         codes = Counter(error_of(t.result())["code"] for t in refused)
         assert codes == Counter({"too_many_waits": ATTACK - PER_AGENT})
         first = error_of(refused[0].result())

@@ -212,6 +212,31 @@ class RedisConnection:
         except (RedisError, OSError, TimeoutError) as exc:
             raise store_error(exc) from exc
 
+    async def delete_prefix(self) -> int:
+        """Delete every key under this connection's prefix, on every master; the number deleted. For
+        examples and tests, which run on a throw-away prefix."""
+        pattern = self.keys.pattern()
+
+        async def run(client: Redis | RedisCluster) -> int:
+            found: list[str] = []
+            if isinstance(client, RedisCluster):
+                for node in client.get_primaries():
+                    cursor = 0
+                    for _ in range(1_000_000):
+                        cursor, keys = await node.execute_command(
+                            "SCAN", cursor, "MATCH", pattern, "COUNT", 1000
+                        )
+                        found += [str(k) for k in keys]
+                        if int(cursor) == 0:
+                            break
+            else:
+                found = [str(k) async for k in client.scan_iter(match=pattern, count=1000)]
+            for start in range(0, len(found), 500):
+                await client.delete(*found[start : start + 500])
+            return len(found)
+
+        return await self.call(run, idempotent=True)
+
     @property
     def cluster(self) -> bool:
         return self._stack is not None and self._stack.cluster
