@@ -220,7 +220,7 @@ class InboxGauges(Collector):
         )
         yield GaugeMetricFamily(
             "csf_relay_long_polls_parked",
-            "Long-polls (FetchAgentInbox with wait_ms) parked on this worker now; see --max-waits.",
+            "Long-polls (FetchAgentInbox with wait_ms) parked on this worker now (at most 16 per agent).",
             value=float(self._wakeups.count()),
         )
         yield GaugeMetricFamily(
