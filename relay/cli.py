@@ -15,6 +15,7 @@ from relay.commands import (
     EXIT_USAGE,
     Handler,
     UsageError,
+    claude_code,
     dead_letters,
     inspect,
     keys,
@@ -23,7 +24,7 @@ from relay.commands import (
 )
 from relay.settings import SettingsError
 
-COMMANDS = (serve, keys, inspect, dead_letters, migrate)
+COMMANDS = (serve, keys, inspect, dead_letters, migrate, claude_code)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,121 @@
+"""The two calls Claude Code's hooks make to relay over HTTP (stdlib only: a hook starts fast).
+
+- ``wait``: ``POST {base}/agent/wait`` with the agent headers and ``{"timeout_ms": N}``. relay answers
+  when the agent has envelopes it was not yet told about, or when the timeout passes, with
+  ``{"count": n, "envelopes": [{"id", "from", "kind", "preview", "sent_at"}, ...]}`` (``count`` 0 on
+  timeout). It never acknowledges or counts a delivery.
+- ``register``: the ``RegisterAgentAddress`` MCP tool as one stateless ``tools/call`` POST, so a new
+  Claude Code session becomes the agent's current session before its model calls anything.
+
+Outcomes are three: an answer; ``Refused`` (relay said no for good: 4xx, a tool error; the caller stops
+quietly); ``Unavailable`` (relay down, slow, 5xx or a garbled answer; the caller retries later).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+WAIT_PATH: Final = "/agent/wait"
+MAX_ANSWER_BYTES: Final = 1024 * 1024
+_MCP_HEADERS: Final = {
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2025-11-25",
+}
+
+
+class Refused(Exception):
+    """relay refused the call for good (wrong credentials, superseded session, bad request)."""
+
+    def __init__(self, status: int, code: str) -> None:
+        super().__init__(f"relay refused the call: HTTP {status} {code}".strip())
+        self.status = status
+        self.code = code
+
+
+class Unavailable(Exception):
+    """relay could not answer now (down, too slow, 5xx, or an answer that is not what it sends)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The wait's answer: ``count`` envelopes not yet announced (0: the timeout passed), the first few."""
+
+    count: int
+    envelopes: list[Any]
+
+
+def _post(url: str, headers: Mapping[str, str], body: Mapping[str, Any], timeout: float) -> Any:
+    request = urllib.request.Request(  # noqa: S310 - the URL was checked to be http(s) by the CLI
+        url,
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            raw = response.read(MAX_ANSWER_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise Unavailable(f"relay answered HTTP {exc.code}") from None
+        raise Refused(exc.code, _error_code(exc)) from None
+    except (OSError, ValueError) as exc:  # connection refused or reset, timeouts, bad status lines
+        raise Unavailable(f"relay did not answer: {exc}") from None
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise Unavailable("relay's answer is larger than any it sends")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise Unavailable("relay's answer is not JSON") from None
+
+
+def _error_code(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read(64 * 1024))
+    except (OSError, ValueError):
+        return ""
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    if code is None and isinstance(error, dict):
+        code = error.get("message")
+    return code if isinstance(code, str) and code.isidentifier() else ""
+
+
+def wait(url: str, headers: Mapping[str, str], timeout_ms: int) -> Pending:
+    """One mail-pending wait of at most ``timeout_ms`` (the HTTP timeout allows 15 s more)."""
+    answer = _post(url, headers, {"timeout_ms": timeout_ms}, timeout_ms / 1000 + 15)
+    count = answer.get("count") if isinstance(answer, dict) else None
+    envelopes = answer.get("envelopes", []) if isinstance(answer, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0 or not isinstance(envelopes, list):
+        raise Unavailable("relay's wait answer has no count and envelopes")
+    return Pending(count, envelopes)
+
+
+def register(url: str, headers: Mapping[str, str], endpoint: str, timeout: float = 15.0) -> None:
+    """Register the agent's current session at ``endpoint`` (a host-tier ``claudecode`` address)."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "RegisterAgentAddress",
+            "arguments": {"provider": "claudecode", "endpoint": endpoint},
+        },
+    }
+    answer = _post(url, {**_MCP_HEADERS, **headers}, call, timeout)
+    result = answer.get("result") if isinstance(answer, dict) else None
+    if not isinstance(result, dict):
+        raise Unavailable("relay's tools/call answer has no result")
+    if result.get("isError"):
+        try:
+            error = json.loads(result["content"][0]["text"])["error"]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise Refused(200, "tool_error") from None
+        if isinstance(error, dict) and error.get("retryable") is True:
+            raise Unavailable(f"relay could not register now: {error.get('code')}")
+        code = error.get("code") if isinstance(error, dict) else None
+        raise Refused(200, code if isinstance(code, str) and code.isidentifier() else "tool_error")
