@@ -1,6 +1,6 @@
 """``python -m relay``: the ``relay`` command."""
 
-from relay.cli import main
+from relay.entry import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -17,6 +17,7 @@ from relay.commands import (
     UsageError,
     claude_code,
     dead_letters,
+    hook,
     inspect,
     keys,
     migrate,
@@ -24,7 +25,7 @@ from relay.commands import (
 )
 from relay.settings import SettingsError
 
-COMMANDS = (serve, keys, inspect, dead_letters, migrate, claude_code)
+COMMANDS = (serve, keys, inspect, dead_letters, migrate, claude_code, hook)
 
 
 class _Parser(argparse.ArgumentParser):

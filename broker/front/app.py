@@ -23,14 +23,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
+from broker.front.paths import MCP_PATH
 from broker.front.tokens import KeyRing
 from broker.front.tools import build_mcp_server
 from broker.relay import Relay
 
 log = logging.getLogger("relay.front")
 
-MCP_PATH = "/mcp/agent"
-"""Where the agent MCP endpoint is served."""
 DEFAULT_MAX_BODY_BYTES = 262144
 """Largest ``/mcp/agent`` request body accepted unless configured otherwise."""
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")

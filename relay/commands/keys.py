@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from broker.front.app import MCP_PATH
 from broker.front.key_file import load_key_file, write_key_file
+from broker.front.paths import MCP_PATH
 from broker.front.tokens import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, agent_headers
 from broker.ids import check_agent_id, check_session_id
 from relay.commands import UsageError, bounded_int
