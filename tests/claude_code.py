@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import select
 import shutil
 import signal
 import struct
@@ -235,6 +236,7 @@ class InteractiveClaude:
         self._output = bytearray()
         self._changed = threading.Condition()
         self._master = -1
+        self._closing = threading.Event()
         self.proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
 
@@ -253,6 +255,7 @@ class InteractiveClaude:
             )
         finally:
             os.close(slave)
+        os.set_blocking(master, False)  # a session that stops reading must not block the test
         self._master = master
         self._reader = threading.Thread(target=self._drain, name="claude-pty", daemon=True)
         self._reader.start()
@@ -274,6 +277,7 @@ class InteractiveClaude:
             stop_tree(self.proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
+        self._closing.set()
         if self._reader is not None:
             self._reader.join(5)
         if self._master >= 0:
@@ -283,10 +287,17 @@ class InteractiveClaude:
 
     def _drain(self) -> None:
         while True:
+            ready, _, _ = select.select([self._master], [], [], 0.5)
             try:
-                chunk = os.read(self._master, 65536)
-            except OSError:
+                chunk = os.read(self._master, 65536) if ready else None
+            except BlockingIOError:
+                chunk = None
+            except OSError:  # EIO: the session closed the terminal
                 chunk = b""
+            if chunk is None:
+                if self._closing.is_set():
+                    return
+                continue
             with self._changed:
                 if not chunk:
                     self._changed.notify_all()
@@ -302,22 +313,71 @@ class InteractiveClaude:
     def screen_text(self) -> str:
         return strip_ansi(self.output)
 
-    def wait_for_text(self, needle: str, timeout: float) -> None:
-        """Wait (at most ``timeout`` seconds) until the terminal has shown ``needle`` (spaces ignored,
-        since the TUI moves the cursor instead of printing them)."""
+    def mark(self) -> int:
+        """Where the output is now: ``wait_for_text(..., since=mark)`` looks only at what comes after."""
+        with self._changed:
+            return len(self._output)
+
+    def wait_quiet(self, quiet: float, timeout: float) -> None:
+        """Wait until the terminal printed nothing for ``quiet`` seconds (a dialog that finished drawing),
+        at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                size, since = len(self._output), time.monotonic()
+                while len(self._output) == size and time.monotonic() - since < quiet:
+                    self._changed.wait(quiet)
+                if len(self._output) == size:
+                    return
+                if time.monotonic() >= deadline:
+                    raise AssertionError(f"the session kept drawing for {timeout} s: {self.tail()}")
+
+    def wait_for_text(self, needle: str, timeout: float, since: int = 0) -> None:
+        """Wait (at most ``timeout`` seconds) until the terminal has shown ``needle`` after byte ``since``
+        (spaces ignored: the TUI moves the cursor instead of printing them)."""
         want = "".join(needle.split())
         deadline = time.monotonic() + timeout
         with self._changed:
-            while want not in "".join(strip_ansi(self._output.decode("utf-8", "replace")).split()):
+            while want not in "".join(strip_ansi(self._output[since:].decode("utf-8", "replace")).split()):
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.proc is not None and self.proc.poll() is not None):
                     tail = strip_ansi(self._output.decode("utf-8", "replace"))[-1500:]
                     raise AssertionError(f"the session did not show {needle!r} in {timeout} s: {tail}")
                 self._changed.wait(min(left, 0.5))
 
-    def type(self, text: str) -> None:
-        """Type ``text`` into the terminal (``\\r`` is Enter)."""
-        os.write(self._master, text.encode())
+    def type(self, text: str, timeout: float = 10.0) -> None:
+        """Type ``text`` into the terminal (``\\r`` is Enter); fails rather than blocks when the session
+        has ended or does not read its input."""
+        data = text.encode()
+        deadline = time.monotonic() + timeout
+        while data:
+            if not self.alive():
+                raise AssertionError(f"the session ended before {text!r} was typed: {self.tail()}")
+            try:
+                data = data[os.write(self._master, data) :]
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise AssertionError(f"the session did not read {text!r} in {timeout} s") from None
+                select.select([], [self._master], [], 0.1)
+
+    def tail(self, chars: int = 1500) -> str:
+        """The end of what the terminal showed, escape sequences removed."""
+        return self.screen_text()[-chars:]
+
+    def type_until(self, text: str, needle: str, timeout: float, every: float = 2.0) -> None:
+        """Type ``text`` until the terminal shows ``needle`` after it, again every ``every`` seconds (the
+        TUI may drop a key that comes right after it redrew); only for keys that are harmless to repeat
+        (Enter on a dialog). At most ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
+        since = self.mark()
+        while True:
+            self.type(text)
+            try:
+                self.wait_for_text(needle, min(every, max(deadline - time.monotonic(), 0.1)), since=since)
+                return
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

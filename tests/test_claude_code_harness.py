@@ -17,7 +17,7 @@ from tests.fake_anthropic import FakeAnthropic
 
 __all__ = ["claude_binary_fixture"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 WAKE_LINE = "stub-wake: the flag file appeared"
 WAKE_WITHIN_S = 5.0

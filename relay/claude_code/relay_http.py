@@ -1,9 +1,9 @@
 """The two calls Claude Code's hooks make to relay over HTTP (stdlib only: a hook starts fast).
 
 - ``wait``: ``POST {base}/agent/wait`` with the agent headers and ``{"timeout_ms": N}``. relay answers
-  when the agent has envelopes it was not yet told about, or when the timeout passes, with
-  ``{"count": n, "envelopes": [{"id", "from", "kind", "preview", "sent_at"}, ...]}`` (``count`` 0 on
-  timeout). It never acknowledges or counts a delivery.
+  when the agent has envelopes it was not yet told about (or a reminder falls due), or when the
+  timeout passes, with ``{"count", "unacknowledged", "reminder", "envelopes": [{"id", "from", "kind",
+  "preview", "sent_at"}, ...]}`` (``count`` 0 on timeout). It never acknowledges or counts a delivery.
 - ``register``: the ``RegisterAgentAddress`` MCP tool as one stateless ``tools/call`` POST, so a new
   Claude Code session becomes the agent's current session before its model calls anything.
 
@@ -43,10 +43,11 @@ class Unavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """The wait's answer: ``count`` envelopes not yet announced (0: the timeout passed), the first few."""
+    """The wait's answer: ``count`` envelopes announced (0: the timeout passed), and the whole answer
+    (``envelopes``, the first few; ``unacknowledged``; ``reminder``)."""
 
     count: int
-    envelopes: list[Any]
+    answer: dict[str, Any]
 
 
 def _post(url: str, headers: Mapping[str, str], body: Mapping[str, Any], timeout: float) -> Any:
@@ -92,7 +93,7 @@ def wait(url: str, headers: Mapping[str, str], timeout_ms: int) -> Pending:
     envelopes = answer.get("envelopes", []) if isinstance(answer, dict) else None
     if isinstance(count, bool) or not isinstance(count, int) or count < 0 or not isinstance(envelopes, list):
         raise Unavailable("relay's wait answer has no count and envelopes")
-    return Pending(count, envelopes)
+    return Pending(count, answer)
 
 
 def register(url: str, headers: Mapping[str, str], endpoint: str, timeout: float = 15.0) -> None:

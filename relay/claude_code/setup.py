@@ -100,13 +100,14 @@ class SetupReport:
         ]
         lines += [f"  warning: {text}" for text in self.warnings]
         lines += [
-            "Claude Code still asks one thing of you, once for this folder:",
-            f"  trust it: run `claude` in {folder} and accept the trust dialog. Until then Claude Code",
-            "  runs neither the hooks nor the headersHelper here "
-            '(`claude mcp list` says "headersHelper not run").',
-            f"Then `claude mcp list` in {folder} shows `{SERVER_NAME}: ... ✔ Connected` while relay",
-            f"serves {request.mcp_url} with the key {request.key_file};",
-            "start `claude` there, and the session is woken when mail arrives.",
+            "Claude Code still asks one thing of you, once for this folder: trust it. Run `claude` in",
+            f'{folder} and choose "Yes, I trust this folder" (the dialog highlights "No, exit"',
+            "because the folder declares a headersHelper). Until then Claude Code runs none of the above:",
+            '`claude mcp list` shows relay as "⏸ Pending approval" (or says "headersHelper not run" when',
+            "your user settings approve project servers). Nothing else needs approving: relay is approved",
+            f"for this folder. Then `claude mcp list` in {folder} shows `{SERVER_NAME}: ... ✔ Connected`",
+            f"while relay serves {request.mcp_url} with the key {request.key_file},",
+            "and a Claude Code session there is woken when mail arrives.",
         ]
         return lines
 

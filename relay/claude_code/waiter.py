@@ -125,7 +125,7 @@ def _wait_loop(
             return _quiet(stdout, f"{type(exc).__name__}: {exc}")
         delay = BACKOFF_FIRST_S
         if pending.count > 0:
-            print(summary(options.agent, pending.count, pending.envelopes), file=stderr, flush=True)
+            print(summary(options.agent, pending.answer), file=stderr, flush=True)
             return EXIT_WAKE
     return _quiet(stdout, "timeout passed with no new mail")
 

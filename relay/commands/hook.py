@@ -21,7 +21,7 @@ from broker.front.key_file import KeyFileError
 from broker.front.paths import MCP_PATH
 from broker.ids import check_agent_id
 from relay.claude_code import waiter
-from relay.claude_code.headers import WAITER_TTL_S, for_claude, minted
+from relay.claude_code.headers import HELPER_TTL_S, WAITER_TTL_S, for_claude, minted
 from relay.claude_code.relay_http import WAIT_PATH
 from relay.claude_code.session import NoSuchProcess
 from relay.commands import bounded_int
@@ -85,6 +85,13 @@ def _add_commands(hook: argparse.ArgumentParser) -> None:
             metavar="PID",
             help="the Claude Code process ($PPID in the hook's command line)",
         )
+    headers.add_argument(
+        "--ttl",
+        type=bounded_int(1, 86_400, "seconds"),
+        default=HELPER_TTL_S,
+        metavar="SECONDS",
+        help=f"lifetime of the token (default {HELPER_TTL_S}; Claude Code runs the helper again after a 401)",
+    )
     wait.add_argument(
         "--timeout",
         type=bounded_int(1, 30 * 86_400, "seconds"),
@@ -98,7 +105,8 @@ def _add_commands(hook: argparse.ArgumentParser) -> None:
 
 def _headers(args: argparse.Namespace) -> int:
     try:
-        print(json.dumps(for_claude(args.key_file, check_agent_id(args.agent, "--agent"), args.claude_pid)))
+        agent = check_agent_id(args.agent, "--agent")
+        print(json.dumps(for_claude(args.key_file, agent, args.claude_pid, args.ttl)))
     except (NoSuchProcess, KeyFileError, ValueError) as exc:
         print(f"relay: error: {exc}", file=sys.stderr)
         return EXIT_HOOK_ERROR
