@@ -87,6 +87,16 @@ def _strings(value: Any) -> Iterator[str]:
                 yield from _strings(value[key])
 
 
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A threaded loopback HTTP server that says nothing when a client goes away mid-answer (a session
+    stopped by the test), and serves each connection on a daemon thread."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
 class FakeAnthropic:
     """The fake API; thread-safe. ``requests`` lists every request received so far, in order."""
 
@@ -95,8 +105,7 @@ class FakeAnthropic:
         self._script: list[list[Block]] = []
         self._changed = threading.Condition()
         self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = QuietHTTPServer(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-anthropic", daemon=True)
 
     @property

@@ -210,8 +210,12 @@ def test_what_claude_code_hands_the_helper_and_the_hooks(
         assert "CLAUDE_CODE_MCP_SERVER_NAME=relay" in helper_env
         assert f"CLAUDE_CODE_MCP_SERVER_URL={serve.url}" in helper_env
         assert "CLAUDE_CODE_SESSION_ID" not in helper_env and "CLAUDE_PID" not in helper_env
-        hook_env = next(iter(logs.glob(f"hook-{claude_pid}-*.env"))).read_text()
-        hook_input = json.loads(next(iter(logs.glob(f"hook-{claude_pid}-*.stdin"))).read_text())
-        assert f"CLAUDE_PID={claude_pid}" in hook_env
-        assert f"CLAUDE_CODE_SESSION_ID={hook_input['session_id']}" in hook_env
-        assert hook_input["hook_event_name"] in ("SessionStart", "Stop")
+        inputs = [json.loads(p.read_text()) for p in sorted(logs.glob(f"hook-{claude_pid}-*.stdin"))]
+        events = {i["hook_event_name"]: i for i in inputs}  # the file name's $PPID is Claude Code's
+        assert set(events) == {"SessionStart", "Stop"}
+        assert events["SessionStart"]["source"] == "startup" and "stop_hook_active" in events["Stop"]
+        assert len({i["session_id"] for i in inputs}) == 1 and all(i["cwd"] == str(folder) for i in inputs)
+        for env in (p.read_text() for p in logs.glob(f"hook-{claude_pid}-*.env")):
+            assert f"CLAUDE_PID={claude_pid}" in env and f"CLAUDE_PROJECT_DIR={folder}" in env
+            assert f"CLAUDE_CODE_SESSION_ID={inputs[0]['session_id']}" in env
+            assert "CLAUDE_CODE_MESSAGING_SOCKET=/" in env

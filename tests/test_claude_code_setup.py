@@ -203,16 +203,16 @@ def test_without_key_file_it_uses_the_data_dirs_key(
     monkeypatch.setenv("RELAY_DATA_DIR", str(data))
     args = ("setup", "claude-code", "--url", URL, "--agent", "a", "--dir", folder)
     missing = relay(*args)
-    assert missing.returncode == 1 and str(data / "agent-mcp.key") in missing.stderr
+    assert missing.returncode == 1 and str(data / "relay.key") in missing.stderr
 
     data.mkdir()
-    (data / "agent-mcp.key").write_bytes(key.read_bytes())
-    (data / "agent-mcp.key").chmod(0o600)
+    (data / "relay.key").write_bytes(key.read_bytes())
+    (data / "relay.key").chmod(0o600)
     done = relay(*args)
 
     assert done.returncode == 0, done.stderr
     helper = _json(folder / ".mcp.json")["mcpServers"]["relay"]["headersHelper"]
-    assert f"--key-file {data / 'agent-mcp.key'}" in helper
+    assert f"--key-file {data / 'relay.key'}" in helper
 
 
 def _git(folder: Path, *args: str) -> str:

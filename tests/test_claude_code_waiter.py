@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from broker.front.key_file import write_key_file
 from relay.claude_code.session import ClaudeProcess
 from relay.claude_code.summary import PREVIEW_CHARS, WHAT_TO_DO, escaped, summary
 from tests.claude_code import wait_until
+from tests.fake_anthropic import QuietHTTPServer
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVELOPE = "env_01M8KRCX7B000000FKVMRW9PAP"
@@ -52,8 +53,7 @@ class ScriptedRelay:
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = QuietHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property
@@ -76,9 +76,7 @@ class ScriptedRelay:
                 return Answer(body={"jsonrpc": "2.0", "id": 1, "result": {"content": [], "isError": False}})
             if self.script:
                 return self.script.pop(0)
-        held = threading.Event()
         self.stopping.wait(min(body.get("timeout_ms", 0), 60_000) / 1000)
-        held.set()
         return Answer()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

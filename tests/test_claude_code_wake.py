@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,7 +35,7 @@ from broker.front.tokens import AuthError
 from broker.ids import encode_envelope_id
 from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture, wait_until
 from tests.claude_code_relay import read_json, relay_serving, set_up
-from tests.fake_anthropic import FakeAnthropic, Text, ToolUse
+from tests.fake_anthropic import FakeAnthropic, QuietHTTPServer, Text, ToolUse
 
 __all__ = ["claude_binary_fixture"]
 
@@ -58,8 +58,7 @@ class WaitStandIn:
         """When each forwarded ``SendAgentMessage`` call came back from relay (``time.monotonic()``)."""
         self.waits: list[str] = []
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = QuietHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -227,6 +226,10 @@ def test_the_reviewers_answer_wakes_the_idle_authors_session(
 
         summary = woken.last_user_text()
         assert f"from {reviewer_id} (note, " in summary and f'"{ANSWER}"' in summary
+        assert (
+            f'blocking error from command "SessionStart:startup": relay: 1 new message for {author_id}'
+            in summary
+        )
         assert "Call FetchAgentInbox" in summary
         assert took < WAKE_WITHIN_S, f"woken {took:.2f} s after the send"
         assert f'"from":"{reviewer_id}"' in fetched.last_user_text().replace(" ", "")

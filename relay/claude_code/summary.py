@@ -9,7 +9,7 @@ the summary nor flood the session. The summary ends with what to do.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 from broker.ids import is_envelope_id
@@ -72,7 +72,8 @@ def summary(agent: str, answer: Mapping[str, Any]) -> str:
     envelopes = answer.get("envelopes")
     envelopes = envelopes if isinstance(envelopes, list) else []
     noun = "message" if count == 1 else "messages"
-    what = f"{count} unacknowledged {noun} (a reminder)" if answer.get("reminder") is True else f"{count} new {noun}"
+    reminder = answer.get("reminder") is True
+    what = f"{count} unacknowledged {noun} (a reminder)" if reminder else f"{count} new {noun}"
     unacknowledged = _count(answer.get("unacknowledged"))
     more = f" ({unacknowledged} unacknowledged in all)" if unacknowledged > count else ""
     lines = [f"relay: {what} for {agent}{more}:"]

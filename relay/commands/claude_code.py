@@ -19,7 +19,7 @@ from relay.settings import DEFAULT_DATA_DIR
 if TYPE_CHECKING:
     from relay.commands import Subparsers
 
-DEFAULT_KEY_NAME: Final = "agent-mcp.key"
+DEFAULT_KEY_NAME: Final = "relay.key"
 
 
 def default_key_file() -> Path:
