@@ -42,6 +42,7 @@ class Answer:
     body: Any = field(default_factory=lambda: {"count": 0, "envelopes": []})
     hold: threading.Event | None = None
     """Hold the request until this is set (or the server stops)."""
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class ScriptedRelay:
@@ -96,6 +97,8 @@ class ScriptedRelay:
                 with contextlib.suppress(OSError):
                     self.send_response(answer.status)
                     self.send_header("content-type", "application/json")
+                    for name, value in answer.headers.items():
+                        self.send_header(name, value)
                     self.send_header("content-length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
@@ -245,6 +248,22 @@ def test_a_refusal_stops_quietly(
 
     assert (code, err) == (0, "") and f"HTTP {status}" in out
     assert len(relay_stub.waits()) == 1
+
+
+def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(
+    tmp_path: Path, relay_stub: ScriptedRelay, key: Path, claude: subprocess.Popen[bytes]
+) -> None:
+    elsewhere = ScriptedRelay()
+    try:
+        location = elsewhere.url.removesuffix("/mcp/agent") + "/agent/wait"
+        relay_stub.script.append(Answer(307, {}, headers={"location": location}))
+
+        code, out, err = _finish(_hook(tmp_path, *_wait_args(relay_stub, key, claude)), 30)
+
+        assert (code, err) == (0, "") and "HTTP 307" in out
+        assert elsewhere.requests == []
+    finally:
+        elsewhere.close()
 
 
 def test_a_relay_that_is_down_is_retried_quietly_and_never_wakes(

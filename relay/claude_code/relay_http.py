@@ -28,6 +28,17 @@ _MCP_HEADERS: Final = {
 }
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer (a refusal), never followed: the request carries a bearer token."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+# no redirects, and no proxy from the environment: the token goes to the URL setup wrote, nowhere else
+_OPENER: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects)
+
+
 class Refused(Exception):
     """relay refused the call for good (wrong credentials, superseded session, bad request)."""
 
@@ -58,7 +69,7 @@ def _post(url: str, headers: Mapping[str, str], body: Mapping[str, Any], timeout
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with _OPENER.open(request, timeout=timeout) as response:
             raw = response.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as exc:
         if exc.code >= 500 or exc.code in (408, 429):
