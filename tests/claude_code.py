@@ -28,7 +28,7 @@ import subprocess
 import termios
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -393,11 +393,3 @@ def wait_until(check: Any, timeout: float, what: str, interval: float = 0.05) ->
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what}: not within {timeout} s")
         time.sleep(interval)
-
-
-@contextlib.contextmanager
-def interactive(
-    binary: Path, home: ClaudeHome, cwd: Path, *args: str, env: Mapping[str, str] | None = None
-) -> Iterator[InteractiveClaude]:
-    with InteractiveClaude(binary, home, cwd, *args, env=env) as session:
-        yield session
