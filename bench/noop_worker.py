@@ -18,24 +18,28 @@ from mcp.server.lowlevel import Server
 from mcp.types import CallToolResult, TextContent
 
 import broker.front.app as front_app
+from broker.front.server import build_mcp_server
 from broker.front.tokens import AgentIdentity
-from broker.front.tools import AgentTool, build_mcp_server
+from broker.front.tools import AgentTool
 from relay.cli import main
 
 NOOP_TOOL = "NoOp"
 
 
-async def noop(who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})
+class NoOp(AgentTool):
+    def __init__(self) -> None:
+        super().__init__(
+            NOOP_TOOL,
+            "Bench only: does nothing and returns an empty object.",
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            None,
+        )
+
+    async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})
 
 
-NOOP = AgentTool(
-    NOOP_TOOL,
-    "Bench only: does nothing and returns an empty object.",
-    {"type": "object", "properties": {}, "additionalProperties": False},
-    None,
-    noop,
-)
+NOOP = NoOp()
 
 
 def build_with_noop(relay: Any) -> Server[Any]:

@@ -24,8 +24,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
 from broker.front.paths import MCP_PATH
+from broker.front.server import build_mcp_server
 from broker.front.tokens import KeyRing
-from broker.front.tools import build_mcp_server
 from broker.relay import Relay
 
 log = logging.getLogger("relay.front")
