@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import httpx2
 import pytest
@@ -29,7 +29,15 @@ from broker.errors import InvalidArgument
 from broker.front import tokens
 from broker.front.auth import AgentAuthMiddleware
 from broker.front.key_file import KeyFileError, load_key_file, write_key_file
-from broker.front.tokens import AgentIdentity, AuthError, KeyRing, agent_headers, generate_key, key_id
+from broker.front.tokens import (
+    AgentIdentity,
+    AuthError,
+    KeyRing,
+    agent_headers,
+    bearer_token,
+    generate_key,
+    key_id,
+)
 
 NOW = 1_800_000_000
 AGENT = "alice"
@@ -40,34 +48,51 @@ def b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+def unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 def new_key() -> bytes:
     return secrets.token_bytes(32)
 
 
-def forge(key: bytes, claims: Any, *, version: str = "v1", raw: bytes | None = None) -> str:
-    """A token signed with ``key`` over arbitrary claims (to reach the checks after the signature)."""
-    payload = b64(raw if raw is not None else json.dumps(claims, separators=(",", ":")).encode())
-    sig = hmac.new(key, f"{version}.{payload}".encode(), hashlib.sha256).digest()
-    return f"{version}.{payload}.{b64(sig)}"
+def compact(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
-def claims_for(key: bytes, **overrides: object) -> dict[str, object]:
-    claims: dict[str, object] = {
-        "agent": AGENT,
-        "session": SESSION,
-        "iat": NOW,
-        "exp": NOW + 3600,
-        "kid": key_id(key),
-    }
+def forge(
+    key: bytes,
+    claims: Any,
+    *,
+    version: str = "v1",
+    header: Any = None,
+    raw: bytes | None = None,
+    digest: Any = hashlib.sha256,
+) -> str:
+    """A token signed with ``key`` over arbitrary header and claims, written without PyJWT (to pin the
+    format and to reach the checks after the signature)."""
+    if header is None:
+        header = {"alg": "HS256", "kid": key_id(key), "typ": "JWT"}
+    signing_input = f"{b64(compact(header))}.{b64(raw if raw is not None else compact(claims))}"
+    sig = hmac.new(key, signing_input.encode(), digest).digest()
+    return f"{version}.{signing_input}.{b64(sig)}"
+
+
+def claims_for(**overrides: object) -> dict[str, object]:
+    claims: dict[str, object] = {"agent": AGENT, "session": SESSION, "iat": NOW, "exp": NOW + 3600}
     claims.update(overrides)
     return claims
 
 
 def cause_of(
-    ring: KeyRing, token: str | None, agent: str | None = AGENT, session: str | None = SESSION
+    ring: KeyRing,
+    token: str | None,
+    agent: str | None = AGENT,
+    session: str | None = SESSION,
+    audience: str | None = None,
 ) -> str:
     with pytest.raises(AuthError) as info:
-        ring.verify(token, agent, session, now=NOW)
+        ring.verify(token, agent, session, now=NOW, audience=audience)
     return info.value.cause
 
 
@@ -82,21 +107,24 @@ def test_mint_verify_round_trip() -> None:
 
 
 def test_token_format_is_exact() -> None:
+    """v1. then an HS256 JWT: header {alg, kid, typ}, claims {agent, session, iat, exp}, HMAC-SHA256 of
+    header.payload; checked here with hmac and base64 only."""
     key = new_key()
-    ring = KeyRing([key])
-    token = ring.mint(AGENT, SESSION, ttl_seconds=600, now=NOW)
-    _, payload, sig = token.split(".")
-    raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
-    expected = {
-        "agent": AGENT,
-        "exp": NOW + 600,
-        "iat": NOW,
+    token = KeyRing([key]).mint(AGENT, SESSION, ttl_seconds=600, now=NOW)
+    version, header, payload, sig = token.split(".")
+    assert version == "v1" and "=" not in token
+    assert json.loads(unb64(header)) == {
+        "alg": "HS256",
         "kid": hashlib.sha256(key).hexdigest()[:8],
-        "session": SESSION,
+        "typ": "JWT",
     }
-    assert raw == json.dumps(expected, separators=(",", ":"), sort_keys=True).encode()
-    assert sig == b64(hmac.new(key, f"v1.{payload}".encode("ascii"), hashlib.sha256).digest())
-    assert "=" not in token
+    assert json.loads(unb64(payload)) == {"agent": AGENT, "session": SESSION, "iat": NOW, "exp": NOW + 600}
+    assert sig == b64(hmac.new(key, f"{header}.{payload}".encode("ascii"), hashlib.sha256).digest())
+
+
+def test_a_forged_token_in_the_documented_format_verifies() -> None:
+    key = new_key()
+    assert KeyRing([key]).verify(forge(key, claims_for()), AGENT, SESSION, now=NOW).expires_at == NOW + 3600
 
 
 def test_mint_validates_arguments() -> None:
@@ -107,6 +135,8 @@ def test_mint_validates_arguments() -> None:
     for ttl in (0, -1, 31_536_001, True):
         with pytest.raises(InvalidArgument):
             ring.mint(AGENT, SESSION, ttl_seconds=ttl)
+    with pytest.raises(InvalidArgument):
+        ring.mint(AGENT, SESSION, audience="Not An Audience")
     assert ring.mint(AGENT, SESSION, ttl_seconds=31_536_000, now=NOW)
 
 
@@ -122,24 +152,78 @@ def test_missing_headers() -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", ""),
+        ("Bearer v1.x", "v1.x"),
+        ("bearer   v1.x ", "v1.x"),
+        ("Basic dXNlcjpwYXNz", None),
+        ("Bearer", None),
+        ("Bearer ", None),
+        ("v1.abc.def.ghi", None),
+        ("Token v1.x", None),
+    ],
+)
+def test_the_authorization_header_is_bearer_or_malformed(value: str, expected: str | None) -> None:
+    if expected is not None:
+        assert bearer_token(value) == expected
+        return
+    with pytest.raises(AuthError) as info:
+        bearer_token(value)
+    assert info.value.cause == "malformed_authorization"
+
+
+@pytest.mark.parametrize(
     "token",
     [
         "no-dots-at-all",
         "v1",
         "v1.",
         "v1..",
+        "v1...",
         "v1.a.b.c",
-        "v1.!!!.abc",
+        "v1.!!!.abc.def",
         "v1.eyJ.abc",
-        "V1.eyJhIjoxfQ.AAAA",
+        "V1.eyJhIjoxfQ.eyJhIjoxfQ." + "A" * 43,
         "v1." + "A" * 5000,
-        "v1.eyJhIjoxfQ.AAAA",  # signature of the wrong length
-        "v1.ümlaut.AAAA",
-        "v1.eyJhIjoxfQ=.AAAA",  # padding is not allowed
+        "v1.eyJhIjoxfQ.eyJhIjoxfQ.AAAA",  # signature of the wrong length
+        "v1.eyJhIjoxfQ.eyJhIjoxfQ." + "A" * 42 + "B",  # a non-canonical spelling of 32 bytes
+        "v1.ümlaut.eyJhIjoxfQ." + "A" * 43,
+        "v1.eyJhIjoxfQ=.eyJhIjoxfQ." + "A" * 43,  # padding is not allowed
+        "v1.eyJhIjoxfQ.eyJhIjoxfQ.eyJhIjoxfQ." + "A" * 43,  # too many segments
+        "v1.eyJhIjoxfQ." + "A" * 43,  # the old two-segment layout
     ],
 )
 def test_malformed_shapes(token: str) -> None:
     assert cause_of(KeyRing([new_key()]), token) == "malformed_token"
+
+
+def test_malformed_headers_are_refused_before_any_key_is_used() -> None:
+    key = new_key()
+    ring = KeyRing([key])
+    kid = key_id(key)
+    for header in [
+        {"alg": "none", "kid": kid, "typ": "JWT"},
+        {"alg": "HS512", "kid": kid, "typ": "JWT"},
+        {"alg": "RS256", "kid": kid},
+        {"alg": "hs256", "kid": kid},
+        {"kid": kid},
+        {"alg": "HS256"},  # no kid
+        {"alg": "HS256", "kid": 12345678},
+        {"alg": "HS256", "kid": "NOTHEX!!"},
+        {"alg": "HS256", "kid": kid, "typ": "JWS"},
+        {"alg": "HS256", "kid": kid, "crit": ["exp"]},
+        {"alg": "HS256", "kid": kid, "jku": "https://evil.example/keys"},
+        ["alg", "HS256"],
+        "HS256",
+    ]:
+        assert cause_of(ring, forge(key, claims_for(), header=header)) == "malformed_token", header
+    # alg none with an empty signature, as the classic attack sends it
+    unsigned = f"v1.{b64(compact({'alg': 'none', 'kid': kid}))}.{b64(compact(claims_for()))}."
+    assert cause_of(ring, unsigned) == "malformed_token"
+    # the HS256 header over a signature of another hash: not 32 bytes, so not even a signature
+    assert cause_of(ring, forge(key, claims_for(), digest=hashlib.sha512)) == "malformed_token"
+    assert cause_of(ring, forge(key, claims_for(), digest=hashlib.sha1)) == "malformed_token"
 
 
 def test_malformed_payloads() -> None:
@@ -151,9 +235,6 @@ def test_malformed_payloads() -> None:
         b"[1, 2, 3]",
         b'"just a string"',
         b"[" * 2000 + b"]" * 2000,  # deep nesting must not escape as RecursionError
-        json.dumps({"agent": AGENT}).encode(),  # no kid
-        json.dumps(claims_for(key, kid=12345678)).encode(),
-        json.dumps(claims_for(key, kid="NOTHEX!!")).encode(),
     ]
     for raw in bad_payloads:
         assert cause_of(ring, forge(key, None, raw=raw)) == "malformed_token", raw[:40]
@@ -176,11 +257,16 @@ def test_malformed_payloads() -> None:
         {"agent": "Bad:Id"},
         {"session": "has space"},
         {"extra": "field"},
+        {"kid": "abcdef01"},  # the key id belongs in the header
+        {"aud": ""},
+        {"aud": ["loopback"]},
+        {"aud": "Has Space"},
+        {"nbf": NOW},
     ],
 )
 def test_signed_but_malformed_claims(change: dict[str, object]) -> None:
     key = new_key()
-    claims = claims_for(key)
+    claims = claims_for()
     for name, value in change.items():
         if value is None:
             del claims[name]
@@ -197,6 +283,8 @@ def test_never_raises_anything_but_auth_error() -> None:
         ".",
         "..",
         "v1.AA.AA",
+        "v1.AA.AA." + "A" * 43,
+        "v1.AAAAA.AAAAA." + "A" * 43,
         "v99999999999999999999.a.b",
     ]:
         with pytest.raises(AuthError):
@@ -206,7 +294,7 @@ def test_never_raises_anything_but_auth_error() -> None:
 def test_unsupported_version() -> None:
     key = new_key()
     ring = KeyRing([key])
-    assert cause_of(ring, forge(key, claims_for(key), version="v2")) == "unsupported_token_version"
+    assert cause_of(ring, forge(key, claims_for(), version="v2")) == "unsupported_token_version"
     assert cause_of(ring, "v0.abc.def") == "unsupported_token_version"
 
 
@@ -214,13 +302,13 @@ def test_tampered_tokens() -> None:
     key = new_key()
     ring = KeyRing([key])
     token = ring.mint(AGENT, SESSION, now=NOW)
-    version, payload, sig = token.split(".")
-    other_payload = b64(json.dumps(claims_for(key, agent="mallory"), separators=(",", ":")).encode())
-    assert cause_of(ring, f"{version}.{other_payload}.{sig}", agent="mallory") == "bad_signature"
+    version, header, payload, sig = token.split(".")
+    other_payload = b64(compact(claims_for(agent="mallory")))
+    assert cause_of(ring, f"{version}.{header}.{other_payload}.{sig}", agent="mallory") == "bad_signature"
     flipped = sig[:10] + ("A" if sig[10] != "A" else "B") + sig[11:]
-    assert cause_of(ring, f"{version}.{payload}.{flipped}") == "bad_signature"
+    assert cause_of(ring, f"{version}.{header}.{payload}.{flipped}") == "bad_signature"
     assert cause_of(ring, token[:-5]) == "malformed_token"
-    assert cause_of(ring, token[: len(version) + 1 + len(payload)]) == "malformed_token"
+    assert cause_of(ring, f"{version}.{header}.{payload}") == "malformed_token"
 
 
 def test_foreign_key() -> None:
@@ -229,7 +317,9 @@ def test_foreign_key() -> None:
     assert cause_of(ring, foreign) == "unknown_key"
     # A token that claims a known kid but is signed by another key.
     key = new_key()
-    assert cause_of(KeyRing([key]), forge(new_key(), claims_for(key))) == "bad_signature"
+    assert cause_of(
+        KeyRing([key]), forge(new_key(), claims_for(), header={"alg": "HS256", "kid": key_id(key)})
+    ) == ("bad_signature")
 
 
 def test_expiry_and_clock_skew() -> None:
@@ -242,6 +332,31 @@ def test_expiry_and_clock_skew() -> None:
     future = ring.mint(AGENT, SESSION, ttl_seconds=600, now=NOW + 61)
     assert cause_of(ring, future) == "not_yet_valid"
     assert ring.verify(ring.mint(AGENT, SESSION, now=NOW + 60), AGENT, SESSION, now=NOW).agent == AGENT
+
+
+def test_a_cached_token_is_checked_again_on_every_call() -> None:
+    """The verified-token cache keeps what the signature vouches for, never a verdict: expiry, headers
+    and audience are checked on each call."""
+    ring = KeyRing([new_key()])
+    token = ring.mint(AGENT, SESSION, ttl_seconds=60, now=NOW, audience="loopback")
+    assert ring.verify(token, AGENT, SESSION, now=NOW, audience="loopback").agent == AGENT
+    with pytest.raises(AuthError, match="expired"):
+        ring.verify(token, AGENT, SESSION, now=NOW + 60, audience="loopback")
+    assert cause_of(ring, token, agent="bob", audience="loopback") == "agent_mismatch"
+    assert cause_of(ring, token, session="other", audience="loopback") == "session_mismatch"
+    assert cause_of(ring, token, audience="network") == "wrong_audience"
+    assert ring.verify(token, AGENT, SESSION, now=NOW + 59, audience="loopback").expires_at == NOW + 60
+
+
+def test_an_audience_claim_is_verified_when_present() -> None:
+    ring = KeyRing([new_key()])
+    scoped = ring.mint(AGENT, SESSION, now=NOW, audience="loopback")
+    assert json.loads(unb64(scoped.split(".")[2]))["aud"] == "loopback"
+    assert ring.verify(scoped, AGENT, SESSION, now=NOW, audience="loopback").agent == AGENT
+    assert cause_of(ring, scoped) == "wrong_audience"  # a verifier that serves no audience
+    assert cause_of(ring, scoped, audience="network") == "wrong_audience"
+    unscoped = ring.mint(AGENT, SESSION, now=NOW)
+    assert ring.verify(unscoped, AGENT, SESSION, now=NOW, audience="loopback").agent == AGENT
 
 
 def test_header_mismatch() -> None:
@@ -259,7 +374,7 @@ def test_rotation() -> None:
     assert after.verify(old_token, AGENT, SESSION, now=NOW).agent == AGENT
     new_token = after.mint(AGENT, SESSION, now=NOW)
     assert after.signing_kid == key_id(new)
-    assert json.loads(base64.urlsafe_b64decode(new_token.split(".")[1] + "==="))["kid"] == key_id(new)
+    assert json.loads(unb64(new_token.split(".")[1]))["kid"] == key_id(new)
     assert cause_of(before, new_token) == "unknown_key"
     assert cause_of(KeyRing([new]), old_token) == "unknown_key"  # old key removed
 
@@ -282,6 +397,7 @@ def test_error_messages_say_what_to_do() -> None:
     assert info.value.code == "unauthorized"
     assert "relay agent-headers" in info.value.message
     assert info.value.details() == {"cause": "unknown_key"}
+    assert set(tokens.AUTH_MESSAGES) == set(get_args(tokens.AuthCause))
 
 
 def test_keyring_repr_hides_keys() -> None:
@@ -471,8 +587,9 @@ def _cases(server: Server) -> list[tuple[str, dict[str, str]]]:
 
     return [
         ("missing_authorization", without("Authorization")),
-        ("missing_authorization", {**good, "Authorization": f"Basic {token}"}),
-        ("missing_authorization", {**good, "Authorization": "Bearer"}),
+        ("malformed_authorization", {**good, "Authorization": f"Basic {token}"}),
+        ("malformed_authorization", {**good, "Authorization": "Bearer"}),
+        ("malformed_authorization", {**good, "Authorization": token}),
         ("missing_agent_header", without("X-CSF-Agent-ID")),
         ("missing_session_header", without("X-CSF-Session-ID")),
         ("malformed_token", {**good, "Authorization": "Bearer garbage"}),

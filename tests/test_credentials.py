@@ -254,9 +254,11 @@ async def test_every_truncation_and_splice_of_a_token_is_refused(world: World) -
     before = await world.snapshot("alice")
     good = world.headers("alice", "a-1")
     token = good["Authorization"].removeprefix("Bearer ")
-    _, payload, sig = token.split(".")
+    _, header, claims, sig = token.split(".")
+    payload = f"{header}.{claims}"
     bob_token = world.headers("bob", "b-1")["Authorization"].removeprefix("Bearer ")
-    _, bob_payload, bob_sig = bob_token.split(".")
+    _, bob_header, bob_claims, bob_sig = bob_token.split(".")
+    bob_payload = f"{bob_header}.{bob_claims}"
     variants = [token[:n] for n in range(1, len(token))]  # every prefix (the empty one is below)
     variants += [
         token[1:],
@@ -272,6 +274,11 @@ async def test_every_truncation_and_splice_of_a_token_is_refused(world: World) -
         f"v1.{payload} .{sig}",
         f"v1.{payload}.{bob_sig}",  # alice's claims under bob's signature
         f"v1.{bob_payload}.{sig}",  # bob's claims under alice's signature
+        f"v1.{header}.{bob_claims}.{sig}",  # bob's claims under alice's header and signature
+        f"v1.{claims}.{header}.{sig}",  # header and claims swapped
+        f"v1.{header}.{claims}",  # no signature
+        f"v1.{header}.{claims}.",
+        f"{header}.{claims}.{sig}",  # a bare JWT without the version
         f"v2.{payload}.{sig}",
         f"V1.{payload}.{sig}",
         token + "A",
@@ -292,7 +299,9 @@ async def test_every_truncation_and_splice_of_a_token_is_refused(world: World) -
         causes[cause] = causes.get(cause, 0) + 1
     for scheme in ("Basic", "Token", "Bearer", ""):
         headers = {**good, "Authorization": f"{scheme} {token if scheme != 'Bearer' else ''}".strip()}
-        assert await world.unauthorized(headers, "FetchAgentInbox", {}) == "missing_authorization", scheme
+        assert await world.unauthorized(headers, "FetchAgentInbox", {}) == "malformed_authorization", scheme
+    no_header = {k: v for k, v in good.items() if k != "Authorization"}
+    assert await world.unauthorized(no_header, "FetchAgentInbox", {}) == "missing_authorization"
     assert causes["bad_signature"] >= 2 and causes["malformed_token"] > len(token) // 2, causes
     assert await world.snapshot("alice") == before
     # The intact token still works (nothing above was refused for a reason other than the token).

@@ -237,11 +237,11 @@ def _tamper(token: str) -> str:
     """Extend the token's expiry without re-signing it."""
     import base64
 
-    version, payload, signature = token.split(".")
+    version, header, payload, signature = token.split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     claims["exp"] += 86400 * 365
-    raw = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
-    return ".".join([version, base64.urlsafe_b64encode(raw).decode().rstrip("="), signature])
+    raw = json.dumps(claims, separators=(",", ":")).encode()
+    return ".".join([version, header, base64.urlsafe_b64encode(raw).decode().rstrip("="), signature])
 
 
 def _rpc(method: str = "tools/list", params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -264,6 +264,7 @@ async def test_every_authentication_failure_is_a_401_naming_its_cause(front: Fro
         ({k: v for k, v in good.items() if k != "X-CSF-Agent-ID"}, "missing_agent_header"),
         ({k: v for k, v in good.items() if k != "X-CSF-Session-ID"}, "missing_session_header"),
         ({**good, "Authorization": "Bearer nonsense"}, "malformed_token"),
+        ({**good, "Authorization": token}, "malformed_authorization"),
         ({**good, "Authorization": "Bearer " + _tamper(token)}, "bad_signature"),
         ({**good, "Authorization": "Bearer " + token[: len(token) // 2]}, "malformed_token"),
         ({**good, "Authorization": f"Bearer {expired}"}, "expired"),

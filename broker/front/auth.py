@@ -5,11 +5,12 @@ The token format and key ring are in ``broker.front.tokens``, key files in ``bro
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import TYPE_CHECKING
 
-from broker.front.tokens import VERIFIED_CACHE_SIZE, AgentIdentity, AuthError, KeyRing
+from broker.front.tokens import VERIFIED_CACHE_SIZE, AgentIdentity, AuthError, KeyRing, bearer_token
 
 if TYPE_CHECKING:
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -29,16 +30,11 @@ class AgentAuthMiddleware:
         self.app = app
         self.keyring = keyring
         """Replaced as a whole by ``use`` (a key ring is immutable): each request reads it once."""
-        # Building the SDK's user (a pydantic model) cost ~3 µs a request, and an agent repeats the same
-        # identity on every call. Identities are immutable, so one user serves each; expiry is not
-        # cached here, the key ring checks it again before this is reached.
-        self._users: dict[AgentIdentity, AuthenticatedUser] = {}
 
     def use(self, keyring: KeyRing) -> None:
         """Verify with ``keyring`` from the next request on (a reloaded key file): tokens of keys it
         no longer lists are refused at once, since the verified-token cache lives in the old ring."""
         self.keyring = keyring
-        self._users = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -51,9 +47,8 @@ class AgentAuthMiddleware:
             if lowered in wanted and lowered not in found:
                 found.add(lowered)
                 wanted[lowered] = bytes(value).decode("latin-1").strip()
-        scheme, _, credentials = wanted[b"authorization"].partition(" ")
-        token = credentials.strip() if scheme.lower() == "bearer" else ""
         try:
+            token = bearer_token(wanted[b"authorization"])
             identity = self.keyring.verify(token, wanted[b"x-csf-agent-id"], wanted[b"x-csf-session-id"])
         except AuthError as exc:
             client = scope.get("client")
@@ -68,15 +63,13 @@ class AgentAuthMiddleware:
             await _refuse(send, exc)
             return
         scope.setdefault("state", {})["agent"] = identity
-        user = self._users.get(identity)
-        if user is None:
-            if len(self._users) >= VERIFIED_CACHE_SIZE:
-                self._users.pop(next(iter(self._users)), None)
-            user = self._users[identity] = _authenticated_user(identity)
-        scope["user"] = user
+        scope["user"] = _authenticated_user(identity)
         await self.app(scope, receive, send)
 
 
+# An agent repeats the same identity on every call; identities are immutable (expiry included, and
+# the key ring checks it before this is reached), so one user serves each.
+@functools.lru_cache(maxsize=VERIFIED_CACHE_SIZE)
 def _authenticated_user(identity: AgentIdentity) -> AuthenticatedUser:
     """What the MCP SDK binds stateful sessions to. (Imported here: the CLI need not load the SDK.)"""
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser

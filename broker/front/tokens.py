@@ -3,22 +3,27 @@
 Every request carries three headers minted by the host that holds the signing key
 (``relay agent-headers``)::
 
-    Authorization: Bearer v1.<payload>.<sig>
+    Authorization: Bearer v1.<JWT>
     X-CSF-Agent-ID: <agent>
     X-CSF-Session-ID: <session>
 
-``payload`` is base64url (no padding) of compact, key-sorted JSON
-``{"agent", "session", "iat", "exp", "kid"}``; ``sig`` is base64url of HMAC-SHA256 over the ASCII bytes
-``"v1." + payload`` with the key whose id (first 8 hex characters of its SHA-256) is ``kid``.
+The part after ``v1.`` is a compact JSON Web Token built and checked with PyJWT: header
+``{"alg": "HS256", "kid", "typ": "JWT"}``, claims ``{"agent", "session", "iat", "exp"}`` and, when the
+minter names one, ``"aud"``. ``kid`` is the first 8 hex characters of the SHA-256 of the signing key.
+Only HS256 is accepted (a token naming ``none`` or any other algorithm is refused before any key is
+used), the signature is compared in constant time (PyJWT's ``hmac.compare_digest``), and every claim
+is checked strictly after the signature verified: a signed token with a missing, extra or mistyped
+claim is refused as well. ``exp`` and ``iat`` are checked by relay (``CLOCK_SKEW_SECONDS`` of grace
+for a minting host's clock running ahead), so that the verified-token cache checks them on every hit.
+An ``aud`` claim, when present, must equal the audience the verifier serves.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
-import hmac
-import json
 import re
 import secrets
 import time
@@ -26,25 +31,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+import jwt
+
 from broker.errors import InvalidArgument, RelayError
 from broker.ids import check_agent_id, check_session_id
 
 TOKEN_VERSION: Final = "v1"  # noqa: S105 - a format tag, not a secret
+ALGORITHM: Final = "HS256"
 KEY_BYTES: Final = 32
 MAX_TOKEN_CHARS: Final = 4096
 MAX_TTL_SECONDS: Final = 31_536_000
 DEFAULT_TTL_SECONDS: Final = 86_400
 CLOCK_SKEW_SECONDS: Final = 60
 VERIFIED_CACHE_SIZE: Final = 1024
-"""Verified (token, agent, session) tuples a key ring remembers; the oldest goes first."""
+"""Verified tokens a key ring remembers (the least recently used goes first)."""
 MAX_CACHED_TOKEN_CHARS: Final = 1024
-"""Longer tokens verify every time (a relay-minted token is about 200 characters)."""
+"""Longer tokens verify every time (a relay-minted token is about 250 characters)."""
 
 AGENT_HEADER: Final = "X-CSF-Agent-ID"
 SESSION_HEADER: Final = "X-CSF-Session-ID"
 
 AuthCause = Literal[
     "missing_authorization",
+    "malformed_authorization",
     "missing_agent_header",
     "missing_session_header",
     "malformed_token",
@@ -55,11 +64,13 @@ AuthCause = Literal[
     "not_yet_valid",
     "agent_mismatch",
     "session_mismatch",
+    "wrong_audience",
 ]
 
 _REMINT = "mint new headers with `relay agent-headers`"
 AUTH_MESSAGES: Final[dict[AuthCause, str]] = {
     "missing_authorization": f"send `Authorization: Bearer v1.…`; {_REMINT}",
+    "malformed_authorization": f"the Authorization header must be `Bearer v1.…`; {_REMINT}",
     "missing_agent_header": f"send the {AGENT_HEADER} header the token was minted for",
     "missing_session_header": f"send the {SESSION_HEADER} header the token was minted for",
     "malformed_token": f"the bearer token is not a relay v1 token; {_REMINT}",
@@ -72,12 +83,30 @@ AUTH_MESSAGES: Final[dict[AuthCause, str]] = {
     "send the headers as minted",
     "session_mismatch": f"{SESSION_HEADER} differs from the session the token was minted for; "
     "send the headers as minted",
+    "wrong_audience": f"the token was minted for another listener; {_REMINT}",
 }
 
+# v1 then three base64url segments; the signature is the canonical encoding of 32 bytes (its last
+# character carries 2 bits of padding, which must be zero), so one signature has one spelling.
+_SHAPE = re.compile(r"v1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
 _KID = re.compile(r"[0-9a-f]{8}")
+_AUDIENCE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _VERSION = re.compile(r"v[0-9]+")
-_CLAIMS: Final = frozenset({"agent", "session", "iat", "exp", "kid"})
+_HEADER_FIELDS: Final = frozenset({"alg", "kid", "typ"})
+_CLAIMS: Final = frozenset({"agent", "session", "iat", "exp"})
+# PyJWT checks the signature and the algorithm; relay checks every claim itself (see the docstring).
+_DECODE_OPTIONS: Final = jwt.types.Options(
+    verify_signature=True,
+    verify_exp=False,
+    verify_nbf=False,
+    verify_iat=False,
+    verify_aud=False,
+    verify_iss=False,
+    verify_sub=False,
+    verify_jti=False,
+    require=[],
+)
 
 
 class AuthError(RelayError):
@@ -102,8 +131,17 @@ class AgentIdentity:
     expires_at: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Signed:
+    """What a token's verified signature vouches for; the times and headers are checked per request."""
+
+    identity: AgentIdentity
+    issued_at: int
+    audience: str | None
+
+
 def b64url_encode(data: bytes) -> str:
-    """Base64url without padding, as tokens and key files write it."""
+    """Base64url without padding, as key files write keys."""
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
@@ -128,10 +166,22 @@ def generate_key() -> str:
     return b64url_encode(secrets.token_bytes(KEY_BYTES))
 
 
+def bearer_token(authorization: str) -> str:
+    """The token of an ``Authorization`` header value; '' when there is none. Any other scheme, or
+    ``Bearer`` without a token, is ``malformed_authorization``."""
+    if not authorization:
+        return ""
+    scheme, _, credentials = authorization.partition(" ")
+    token = credentials.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthError("malformed_authorization")
+    return token
+
+
 class KeyRing:
     """Signing keys: the first signs, every one verifies."""
 
-    __slots__ = ("_keys", "_signing", "_verified")
+    __slots__ = ("_keys", "_signed", "_signing")
 
     def __init__(self, keys: Sequence[bytes]) -> None:
         if not keys:
@@ -146,10 +196,11 @@ class KeyRing:
             by_id[kid] = bytes(key)
         self._keys = by_id
         self._signing = key_id(keys[0])
-        # (token, agent header, session header) -> (identity, iat) of tuples that verified: an agent
-        # sends the same three headers on every call. Only successes are kept, the time checks run
-        # again on every hit, and the oldest entry goes when it is full (see verify).
-        self._verified: dict[tuple[str, str, str], tuple[AgentIdentity, int]] = {}
+        # An agent sends the same token on every call: what its signature vouches for is kept (only
+        # tokens that verified; a refusal raises and is not cached), and the time, header and audience
+        # checks run again on every call. The cache lives and dies with this key ring, so a reloaded
+        # key file starts empty.
+        self._signed = functools.lru_cache(maxsize=VERIFIED_CACHE_SIZE)(self._check_signed)
 
     @property
     def signing_kid(self) -> str:
@@ -163,9 +214,16 @@ class KeyRing:
         return f"KeyRing(signing={self._signing!r}, kids={self.kids!r})"
 
     def mint(
-        self, agent: str, session: str, ttl_seconds: int = DEFAULT_TTL_SECONDS, now: float | None = None
+        self,
+        agent: str,
+        session: str,
+        ttl_seconds: int = DEFAULT_TTL_SECONDS,
+        now: float | None = None,
+        *,
+        audience: str | None = None,
     ) -> str:
-        """A v1 token for ``agent`` in ``session``, valid for ``ttl_seconds`` (1 s to 1 year)."""
+        """A v1 token for ``agent`` in ``session``, valid for ``ttl_seconds`` (1 s to 1 year); with
+        ``audience``, only a verifier serving that audience accepts it."""
         check_agent_id(agent, "agent")
         check_session_id(session, "session")
         if (
@@ -176,21 +234,18 @@ class KeyRing:
             raise InvalidArgument(
                 "ttl_seconds", "ttl.range", f"must be a whole number of seconds from 1 to {MAX_TTL_SECONDS}"
             )
+        if audience is not None and _AUDIENCE.fullmatch(audience) is None:
+            raise InvalidArgument(
+                "audience", "audience.pattern", "use 1-64 lowercase letters, digits, '.', '_', '-'"
+            )
         iat = int(time.time() if now is None else now)
-        claims = {
-            "agent": agent,
-            "session": session,
-            "iat": iat,
-            "exp": iat + ttl_seconds,
-            "kid": self._signing,
-        }
-        payload = b64url_encode(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode("ascii"))
-        return f"{TOKEN_VERSION}.{payload}.{self._sign(self._keys[self._signing], payload)}"
-
-    @staticmethod
-    def _sign(key: bytes, payload: str) -> str:
-        signed = f"{TOKEN_VERSION}.{payload}".encode("ascii")
-        return b64url_encode(hmac.new(key, signed, hashlib.sha256).digest())
+        claims: dict[str, object] = {"agent": agent, "session": session, "iat": iat, "exp": iat + ttl_seconds}
+        if audience is not None:
+            claims["aud"] = audience
+        signed = jwt.encode(
+            claims, self._keys[self._signing], algorithm=ALGORITHM, headers={"kid": self._signing}
+        )
+        return f"{TOKEN_VERSION}.{signed}"
 
     def verify(
         self,
@@ -198,19 +253,11 @@ class KeyRing:
         agent_header: str | None,
         session_header: str | None,
         now: float | None = None,
+        *,
+        audience: str | None = None,
     ) -> AgentIdentity:
-        """The identity ``token`` proves for these headers, or ``AuthError`` naming the first failure."""
-        if type(token) is str and type(agent_header) is str and type(session_header) is str:
-            hit = self._verified.get((token, agent_header, session_header))
-            if hit is not None:  # signature, claims and headers verified before: only the time again
-                identity, issued = hit
-                current = int(time.time() if now is None else now)
-                if current >= identity.expires_at:
-                    self._verified.pop((token, agent_header, session_header), None)
-                    raise AuthError("expired")
-                if issued > current + CLOCK_SKEW_SECONDS:
-                    raise AuthError("not_yet_valid")
-                return identity
+        """The identity ``token`` proves for these headers, or ``AuthError`` naming the first failure.
+        ``audience`` is the listener's: a token that names another is refused."""
         if not token:
             raise AuthError("missing_authorization")
         if not agent_header:
@@ -219,52 +266,63 @@ class KeyRing:
             raise AuthError("missing_session_header")
         if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
             raise AuthError("malformed_token")
-        parts = token.split(".")
-        if parts[0] != TOKEN_VERSION and _VERSION.fullmatch(parts[0]) is not None:
-            raise AuthError("unsupported_token_version")
-        if len(parts) != 3 or parts[0] != TOKEN_VERSION:
+        signed = self._signed(token) if len(token) <= MAX_CACHED_TOKEN_CHARS else self._check_signed(token)
+        identity = signed.identity
+        current = int(time.time() if now is None else now)
+        if current >= identity.expires_at:
+            raise AuthError("expired")
+        if signed.issued_at > current + CLOCK_SKEW_SECONDS:
+            raise AuthError("not_yet_valid")
+        if agent_header != identity.agent:
+            raise AuthError("agent_mismatch")
+        if session_header != identity.session:
+            raise AuthError("session_mismatch")
+        if signed.audience is not None and signed.audience != audience:
+            raise AuthError("wrong_audience")
+        return identity
+
+    def _check_signed(self, token: str) -> _Signed:
+        """The signature and claims of ``token``, which must be a v1 token of a key in this ring."""
+        if _SHAPE.fullmatch(token) is None:
+            version = token.partition(".")[0]
+            if version != TOKEN_VERSION and _VERSION.fullmatch(version) is not None:
+                raise AuthError("unsupported_token_version")
             raise AuthError("malformed_token")
-        _, payload, sig_text = parts
-        raw = b64url_decode(payload)
-        sig = b64url_decode(sig_text)
-        if raw is None or sig is None or len(sig) != hashlib.sha256().digest_size:
-            raise AuthError("malformed_token")
+        signed = token[len(TOKEN_VERSION) + 1 :]
         try:
-            claims = json.loads(raw)
-        except (ValueError, RecursionError):
+            header = jwt.get_unverified_header(signed)
+        except jwt.PyJWTError:
             raise AuthError("malformed_token") from None
-        if not isinstance(claims, dict):
-            raise AuthError("malformed_token")
-        # Only the key id is read before the signature is checked; nothing else is trusted until then.
-        kid = claims.get("kid")
-        if not isinstance(kid, str) or _KID.fullmatch(kid) is None:
+        # Only the header is read before the signature is checked; nothing in it is trusted but the
+        # key id, and the algorithm is pinned whatever the header says.
+        if header.get("alg") != ALGORITHM:
+            raise AuthError("malformed_token", f"only {ALGORITHM} tokens are accepted; {_REMINT}")
+        kid = header.get("kid")
+        if (
+            not header.keys() <= _HEADER_FIELDS
+            or header.get("typ", "JWT") != "JWT"
+            or not isinstance(kid, str)
+            or _KID.fullmatch(kid) is None
+        ):
             raise AuthError("malformed_token")
         key = self._keys.get(kid)
         if key is None:
             raise AuthError("unknown_key")
-        if not hmac.compare_digest(self._sign(key, payload), sig_text):
-            raise AuthError("bad_signature")
-        agent, session, iat, exp = _check_claims(claims)
-        current = int(time.time() if now is None else now)
-        if current >= exp:
-            raise AuthError("expired")
-        if iat > current + CLOCK_SKEW_SECONDS:
-            raise AuthError("not_yet_valid")
-        if agent_header != agent:
-            raise AuthError("agent_mismatch")
-        if session_header != session:
-            raise AuthError("session_mismatch")
-        identity = AgentIdentity(agent, session, exp)
-        if len(token) <= MAX_CACHED_TOKEN_CHARS:
-            if len(self._verified) >= VERIFIED_CACHE_SIZE:
-                self._verified.pop(next(iter(self._verified)), None)
-            self._verified[token, agent, session] = (identity, iat)
-        return identity
+        try:
+            claims = jwt.decode(signed, key, algorithms=[ALGORITHM], options=_DECODE_OPTIONS)
+        except jwt.InvalidSignatureError:
+            raise AuthError("bad_signature") from None
+        except jwt.PyJWTError:
+            raise AuthError("malformed_token") from None
+        return _check_claims(claims)
 
 
-def _check_claims(claims: dict[str, object]) -> tuple[str, str, int, int]:
+def _check_claims(claims: dict[str, object]) -> _Signed:
     """Strict shape of signed claims (a signed token from a buggy minter is still refused)."""
-    if set(claims) != _CLAIMS:
+    audience = claims.get("aud")
+    if set(claims) - {"aud"} != _CLAIMS or (
+        "aud" in claims and not (isinstance(audience, str) and _AUDIENCE.fullmatch(audience))
+    ):
         raise AuthError("malformed_token")
     agent, session, iat, exp = claims["agent"], claims["session"], claims["iat"], claims["exp"]
     if not isinstance(iat, int) or isinstance(iat, bool) or not isinstance(exp, int) or isinstance(exp, bool):
@@ -272,9 +330,10 @@ def _check_claims(claims: dict[str, object]) -> tuple[str, str, int, int]:
     if iat < 0 or exp <= iat:
         raise AuthError("malformed_token")
     try:
-        return check_agent_id(agent), check_session_id(session), iat, exp
+        identity = AgentIdentity(check_agent_id(agent), check_session_id(session), exp)
     except InvalidArgument:
         raise AuthError("malformed_token") from None
+    return _Signed(identity, iat, audience if isinstance(audience, str) else None)
 
 
 def agent_headers(
