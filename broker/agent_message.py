@@ -34,34 +34,55 @@ from typing import Final
 
 import protovalidate
 
+from broker._gen.buf.validate import validate_pb2
 from broker._gen.candace.agent.v1.agent_pb2 import AgentMessage, Kind
 from broker.contract import RESERVED_FIELDS
 from broker.errors import ContractViolation, Violation, json_type
 
-__all__ = ["KIND_LABELS", "AgentMessage", "AgentMessageContract", "Kind"]
+__all__ = [
+    "IN_REPLY_TO_PATTERN",
+    "KIND_LABELS",
+    "MAX_REFERENCE_CHARS",
+    "MAX_TEXT_BYTES",
+    "MIN_REFERENCE_CHARS",
+    "AgentMessage",
+    "AgentMessageContract",
+    "Kind",
+]
 
 _VALIDATOR: Final = protovalidate.Validator()
 """The one validator: it caches the compiled rules per message type (5-16 ms to build), so never make
 one per call."""
 
+# -- the rules, read from the proto's buf.validate options (the one place they are written) ----------
+
+
+def _field_rules(name: str) -> validate_pb2.FieldRules:
+    rules: validate_pb2.FieldRules = (
+        AgentMessage.DESCRIPTOR.fields_by_name[name].GetOptions().Extensions[validate_pb2.field]
+    )
+    return rules
+
+
 KIND_LABELS: Final[Mapping[int, str]] = {
-    Kind.KIND_NOTE: "note",
-    Kind.KIND_REQUEST: "request",
-    Kind.KIND_REPLY: "reply",
-    Kind.KIND_STATUS: "status",
+    number: name.removeprefix("KIND_").lower()
+    for name, number in Kind.items()
+    if number != Kind.KIND_UNSPECIFIED
 }
-"""The lowercase short name of every defined, non-zero ``Kind`` (used in Redis fields)."""
+"""The name of every defined, non-zero ``Kind``: its enum name without ``KIND_``, lowercase. The one
+spelling of a kind in JSON (``"kind": "request"`` or ``2``), in Redis fields and in prompts."""
+MAX_TEXT_BYTES: Final = _field_rules("text").string.max_bytes
+"""``text``: required, at most this many bytes of UTF-8."""
+IN_REPLY_TO_PATTERN: Final = _field_rules("in_reply_to").string.pattern
+"""``in_reply_to``, when set: an envelope id."""
+MIN_REFERENCE_CHARS: Final = _field_rules("reference").string.min_len
+MAX_REFERENCE_CHARS: Final = _field_rules("reference").string.max_len
+"""``reference``, when set: from ``MIN_REFERENCE_CHARS`` to this many characters."""
 
 _KIND_BY_LABEL: Final[Mapping[str, Kind.ValueType]] = {
     label: Kind.ValueType(number) for number, label in KIND_LABELS.items()
 }
-
-# JSON accepts the short name or the full enum name, case-insensitively. KIND_UNSPECIFIED parses
-# (to 0, like the integer 0) and is then refused by validate's `required` rule, not here.
-_KIND_BY_JSON_NAME: Final[Mapping[str, Kind.ValueType]] = {
-    **{name.lower(): Kind.ValueType(number) for name, number in Kind.items()},
-    **{name.lower().removeprefix("kind_"): Kind.ValueType(number) for name, number in Kind.items()},
-}
+_KIND_RANGE: Final = f"{min(KIND_LABELS)}-{max(KIND_LABELS)}"
 
 _UNSPECIFIED: Final = Kind.KIND_UNSPECIFIED  # (attribute reads on a protobuf enum wrapper are slow)
 _FIELD_NAMES: Final = frozenset({"kind", "text", "in_reply_to", "reference"})
@@ -147,8 +168,8 @@ class AgentMessageContract:
     def from_json(self, data: object) -> AgentMessage:
         """Build a message from JSON data, checking its shape only (``validate`` checks the rules).
 
-        ``kind`` is an integer (any int32; undefined values are refused later by ``validate``) or a
-        name: ``"request"`` or ``"KIND_REQUEST"``, case-insensitive. ``text`` is a string;
+        ``kind`` is an integer (any int32; undefined values are refused later by ``validate``) or one
+        of the ``KIND_LABELS`` names, exactly as written there (``"request"``). ``text`` is a string;
         ``in_reply_to`` and ``reference`` are strings, and ``null`` means absent. Missing fields take
         their proto defaults, which ``validate`` then refuses where they are required.
         """
@@ -199,27 +220,26 @@ _PINNED_DESCRIPTOR: Final = "2755c259fb3aa52acb500e6b933c01df437260df983c878d339
 _RULES_PINNED: Final = (
     hashlib.sha256(AgentMessage.DESCRIPTOR.file.serialized_pb).hexdigest() == _PINNED_DESCRIPTOR
 )
-_IN_REPLY_TO: Final = re.compile(r"env_[0-9A-HJKMNP-TV-Z]{26}")  # the pattern of in_reply_to
-_MAX_TEXT_BYTES: Final = 65536
+_IN_REPLY_TO: Final = re.compile(IN_REPLY_TO_PATTERN)
 _REPLY: Final = Kind.KIND_REPLY
-_MAX_REFERENCE_CHARS: Final = 2048
+_MAX_KIND: Final = max(KIND_LABELS)
 
 
 def _passes_pinned_rules(body: AgentMessage) -> bool:
     """True when ``body`` satisfies every rule of the pinned agent.proto (see above)."""
     kind = body.kind
-    if not 1 <= kind <= 4:  # kind: required (not 0) and defined_only (0..4)
+    if not 1 <= kind <= _MAX_KIND:  # kind: required (not 0) and defined_only (the kinds are 0..max)
         return False
-    text = body.text  # text: required (non-empty), at most 65536 UTF-8 bytes (4 per character at most)
-    if not text or (len(text) > _MAX_TEXT_BYTES // 4 and len(text.encode()) > _MAX_TEXT_BYTES):
+    text = body.text  # text: required (non-empty), at most MAX_TEXT_BYTES of UTF-8 (4 per character at most)
+    if not text or (len(text) > MAX_TEXT_BYTES // 4 and len(text.encode()) > MAX_TEXT_BYTES):
         return False
-    if body.HasField("in_reply_to"):  # pattern ^env_[0-9A-HJKMNP-TV-Z]{26}$ when set
+    if body.HasField("in_reply_to"):  # the pattern when set (fullmatch: `$` must not pass a final "\n")
         if _IN_REPLY_TO.fullmatch(body.in_reply_to) is None:
             return False
     elif kind == _REPLY:  # agent_message.reply_requires_in_reply_to: this.kind != 3 || has(in_reply_to)
         return False
-    if body.HasField("reference"):  # 1 to 2048 characters when set
-        return 1 <= len(body.reference) <= _MAX_REFERENCE_CHARS
+    if body.HasField("reference"):  # min_len to max_len characters when set
+        return MIN_REFERENCE_CHARS <= len(body.reference) <= MAX_REFERENCE_CHARS
     return True
 
 
@@ -242,13 +262,13 @@ def _parse_kind(value: object, problems: list[Violation]) -> Kind.ValueType | No
         problems.append(Violation("kind", "range", f"kind {value} is outside the int32 range"))
         return None
     if isinstance(value, str):
-        kind = _KIND_BY_JSON_NAME.get(value.lower())
+        kind = _KIND_BY_LABEL.get(value)
         if kind is None:
             problems.append(
                 Violation(
                     "kind",
                     "enum.name",
-                    f"unknown kind {value!r}; use 1-4 or one of {sorted(_KIND_BY_LABEL)}",
+                    f"unknown kind {value[:64]!r}; use {_KIND_RANGE} or one of {list(_KIND_BY_LABEL)}",
                 )
             )
         return kind

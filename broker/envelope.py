@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -75,18 +76,16 @@ def to_ms(moment: datetime) -> int:
     return (moment - _EPOCH) // _ONE_MS
 
 
-_LAST_SECOND: list[tuple[int, str]] = [(-1, "")]
-
-
 def format_ms(ms: int) -> str:
-    """``format_time(from_ms(ms))``, with the text up to the second cached (sends in the same second
+    """``format_time(from_ms(ms))``; the text up to the second is cached (sends in the same second
     share it)."""
     second, millis = divmod(ms, 1000)
-    cached_second, prefix = _LAST_SECOND[0]
-    if second != cached_second:
-        prefix = format_time(from_ms(second * 1000))[:-4]
-        _LAST_SECOND[0] = (second, prefix)
-    return f"{prefix}{millis:03d}Z"
+    return f"{_second_text(second)}{millis:03d}Z"
+
+
+@functools.lru_cache(maxsize=16)
+def _second_text(second: int) -> str:
+    return format_time(from_ms(second * 1000))[:-4]
 
 
 def format_time(moment: datetime) -> str:
@@ -103,20 +102,22 @@ def format_time(moment: datetime) -> str:
 _CANONICAL: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z", re.ASCII)
 
 
-_LAST_PARSED: list[tuple[str, int]] = [("-", 0)]
-
-
 def parse_ms(text: str) -> int:
-    """``to_ms(parse_time(text))``, with the text up to the second cached (entries read together were
-    mostly sent in the same second)."""
-    prefix, second_ms = _LAST_PARSED[0]
+    """``to_ms(parse_time(text))``; the value of the text up to the second is cached (entries read
+    together were mostly sent in the same second)."""
     millis = text[20:23]
-    if len(text) == 24 and text[:20] == prefix and text[23] == "Z" and millis.isascii() and millis.isdigit():
-        return second_ms + int(millis)
-    ms = to_ms(parse_time(text))
-    if _CANONICAL.fullmatch(text) is not None:
-        _LAST_PARSED[0] = (text[:20], ms - int(millis))
-    return ms
+    if len(text) == 24 and text[23] == "Z" and millis.isascii() and millis.isdigit():
+        second_ms = _canonical_second_ms(text[:20])
+        if second_ms is not None:
+            return second_ms + int(millis)
+    return to_ms(parse_time(text))
+
+
+@functools.lru_cache(maxsize=16)
+def _canonical_second_ms(prefix: str) -> int | None:
+    """The milliseconds of ``prefix + "000Z"`` when that is exactly what ``format_time`` writes."""
+    text = prefix + "000Z"
+    return to_ms(parse_time(text)) if _CANONICAL.fullmatch(text) is not None else None
 
 
 def parse_time(text: str) -> datetime:

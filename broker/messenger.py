@@ -1,4 +1,5 @@
-"""``Messenger[Body]``: the in-process face of a ``Relay[Body]`` (the seed's ``relay.NewMessenger(core)``).
+"""``Messenger[Body]``: the in-process face of a ``Relay[Body]``, for agents that live in the relay's
+own process.
 
 In-process agents send through the same relay (same envelopes, tier rules and refusals as over MCP)
 and receive with at-least-once delivery instead of polling (docs/delivery.md):
@@ -23,14 +24,11 @@ import re
 import secrets
 import socket
 import time
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Generic, Literal, Self, TypeVar
-
-from prometheus_client import CollectorRegistry, Counter
 
 from broker.addresses import Address
 from broker.delivery import CONSUMER_SEPARATOR, DeadLetter, DeliverySettings, IDeliveryQueue
@@ -38,7 +36,7 @@ from broker.envelope import Envelope, Tier, from_ms
 from broker.errors import BackendUnavailable, ContractViolation, RelayNotRunning
 from broker.ids import check_agent_id
 from broker.ports import StoredEnvelope
-from broker.relay import Registered, Relay
+from broker.relay import DEFAULT_FETCH_LIMIT, Registered, Relay, check_fetch_limit
 
 __all__ = ["Delivery", "DeliverySettings", "FailOutcome", "Handler", "Messenger", "Receiving"]
 
@@ -51,8 +49,6 @@ FailOutcome = Literal["retrying", "dead_lettered", "lost"]
 no longer held by this loop (acknowledged elsewhere, or taken over after the visibility timeout)."""
 
 Handler = Callable[[Envelope[Body]], Awaitable[object]]
-
-_DEAD_LETTER_COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 
 
 @dataclass(slots=True, eq=False)
@@ -98,7 +94,6 @@ class Messenger(Generic[Body]):
         self.relay = relay
         self.queue = queue
         self.settings = settings or DeliverySettings()
-        self.dead_lettered = _dead_letter_counter(relay.metrics.registry)
 
     async def start(self) -> None:
         await self.queue.open()
@@ -126,7 +121,7 @@ class Messenger(Generic[Body]):
         self,
         agent: str,
         *,
-        limit: int = 16,
+        limit: int = DEFAULT_FETCH_LIMIT,
         wait: float | None = None,
         stop: asyncio.Event | None = None,
     ) -> Receiving[Body]:
@@ -138,12 +133,16 @@ class Messenger(Generic[Body]):
         consumer (``<agent>@<host>.<pid>.<random>``). ``limit`` is how many envelopes one claim takes.
         """
         check_agent_id(agent)
-        if not 1 <= limit <= 256:
-            raise ValueError("limit must be from 1 to 256")
+        check_fetch_limit(limit)
         return Receiving(self, agent, limit, wait, stop)
 
     async def serve(
-        self, agent: str, handler: Handler[Body], *, stop: asyncio.Event | None = None, limit: int = 16
+        self,
+        agent: str,
+        handler: Handler[Body],
+        *,
+        stop: asyncio.Event | None = None,
+        limit: int = DEFAULT_FETCH_LIMIT,
     ) -> None:
         """Run ``handler`` on every envelope for ``agent``, one at a time, until ``stop`` is set.
 
@@ -322,7 +321,7 @@ class Receiving(Generic[Body]):
     async def _give_up(self, envelope_id: str, tier: Tier, sender: str, attempts: int, reason: str) -> bool:
         moved = await self._queue.dead_letter(self.agent, envelope_id, reason[:500], consumer=self.consumer)
         if moved:
-            self.messenger.dead_lettered.labels(tier=tier.label).inc()
+            self.messenger.relay.metrics.dead_lettered.labels(tier=tier.label).inc()
             log.warning(
                 "dead-lettered after %d attempts",
                 attempts,
@@ -388,22 +387,6 @@ class Receiving(Generic[Body]):
                 return None
             result = task.result()
         return result if isinstance(result, list) else None
-
-
-def _dead_letter_counter(registry: CollectorRegistry) -> Counter:
-    # one counter per registry: several messengers may share a relay (and so its registry)
-    counter = _DEAD_LETTER_COUNTERS.get(registry)
-    if counter is None:
-        counter = Counter(
-            "csf_relay_dead_letters",
-            "Envelopes moved to a dead-letter list after failing delivery too often.",
-            ["tier"],
-            registry=registry,
-        )
-        for tier in Tier:
-            counter.labels(tier=tier.label)
-        _DEAD_LETTER_COUNTERS[registry] = counter
-    return counter
 
 
 def _loop_id() -> str:

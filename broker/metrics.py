@@ -35,6 +35,14 @@ class RelayMetrics:
             ["code"],
             registry=self.registry,
         )
+        self.dead_lettered = Counter(
+            "csf_relay_dead_letters",
+            "Envelopes moved to a dead-letter list after failing delivery too often.",
+            ["tier"],
+            registry=self.registry,
+        )
+        for tier in Tier:
+            self.dead_lettered.labels(tier=tier.label)
         self._sent = {tier: self.sent.labels(tier=tier.label) for tier in Tier}
         self._delivered = {tier: self.delivered.labels(tier=tier.label) for tier in Tier}
 

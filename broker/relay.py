@@ -26,10 +26,19 @@ _T = TypeVar("_T")
 
 MAX_FETCH_LIMIT = 256
 """Envelopes one fetch returns at most."""
+DEFAULT_FETCH_LIMIT = 16
+"""Envelopes one fetch returns at most when the caller names no limit."""
 MAX_ACK_IDS = 1024
 """Envelope ids one acknowledgement takes at most."""
 MAX_WAIT_SECONDS = 25.0
 """The longest a blocking fetch waits unless a relay is built with another ``max_wait``."""
+
+
+def check_fetch_limit(limit: object) -> int:
+    """``limit`` if it is a whole number from 1 to ``MAX_FETCH_LIMIT``, else ``InvalidArgument``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FETCH_LIMIT:
+        raise InvalidArgument("limit", "limit.range", f"must be an integer from 1 to {MAX_FETCH_LIMIT}")
+    return limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,12 +188,12 @@ class Relay(Generic[Body]):
     async def fetch(
         self,
         agent: str,
-        limit: int = 16,
+        limit: int = DEFAULT_FETCH_LIMIT,
         wait: float | None = None,
         *,
         session: str | None = None,
     ) -> list[Envelope[Body]]:
-        """Unacknowledged envelopes of ``agent``, oldest first, at most ``limit`` (1..256).
+        """Unacknowledged envelopes of ``agent``, oldest first, at most ``limit`` (1..``MAX_FETCH_LIMIT``).
 
         With ``wait`` (seconds, capped at ``max_wait``) block until one arrives when the inbox is empty.
         """
@@ -192,8 +201,7 @@ class Relay(Generic[Body]):
         check_agent_id(agent)
         if session is not None:
             check_session_id(session)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FETCH_LIMIT:
-            raise InvalidArgument("limit", "limit.range", f"must be an integer from 1 to {MAX_FETCH_LIMIT}")
+        check_fetch_limit(limit)
         if wait is not None:
             if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
                 raise InvalidArgument("wait", "wait.range", "must be a non-negative number of seconds")

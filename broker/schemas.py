@@ -18,34 +18,53 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from broker.agent_message import (
+    IN_REPLY_TO_PATTERN,
+    KIND_LABELS,
+    MAX_REFERENCE_CHARS,
+    MAX_TEXT_BYTES,
+    MIN_REFERENCE_CHARS,
+)
 from broker.envelope import Tier, format_time
 from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN
-from broker.relay import MAX_ACK_IDS, MAX_FETCH_LIMIT, Registered
+from broker.relay import DEFAULT_FETCH_LIMIT, MAX_ACK_IDS, MAX_FETCH_LIMIT, Registered
 
 AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
 ENVELOPE_ID: Final[dict[str, Any]] = {"type": "string", "pattern": ENVELOPE_ID_PATTERN}
 
+_KINDS: Final = ", ".join(f"{number} {label}" for number, label in KIND_LABELS.items())
+_REPLY: Final = next(number for number, label in KIND_LABELS.items() if label == "reply")
+
+# The limits below are read from agent.proto's buf.validate options (broker.agent_message), so the
+# published schema and the enforced rules cannot drift apart; UTF-8 byte counts have no JSON schema
+# keyword, so the text's bound is in its description.
 MESSAGE_IN: Final[dict[str, Any]] = {
     "type": "object",
     "description": "A candace.agent.v1.AgentMessage: a proposal to the recipient, never permission to act.",
     "properties": {
         "kind": {
-            "description": "1 note, 2 request, 3 reply, 4 status (the names are accepted too)",
+            "description": f"{_KINDS} (the names are accepted too)",
             "oneOf": [
-                {"type": "integer", "enum": [1, 2, 3, 4]},
-                {"type": "string", "enum": ["note", "request", "reply", "status"]},
+                {"type": "integer", "enum": list(KIND_LABELS)},
+                {"type": "string", "enum": list(KIND_LABELS.values())},
             ],
         },
-        "text": {"type": "string", "minLength": 1, "description": "The message, 1 to 65536 bytes of UTF-8"},
+        "text": {
+            "type": "string",
+            "minLength": 1,
+            "description": f"The message, 1 to {MAX_TEXT_BYTES} bytes of UTF-8",
+        },
         "in_reply_to": {
-            **ENVELOPE_ID,
-            "description": "The envelope id this message answers; required when kind is 3 (reply)",
+            "type": "string",
+            "pattern": IN_REPLY_TO_PATTERN,
+            "description": f"The envelope id this message answers; required when kind is {_REPLY} (reply)",
         },
         "reference": {
             "type": "string",
-            "minLength": 1,
-            "maxLength": 2048,
-            "description": "A pointer to related material (URL, path, id), 1-2048 characters",
+            "minLength": MIN_REFERENCE_CHARS,
+            "maxLength": MAX_REFERENCE_CHARS,
+            "description": "A pointer to related material (URL, path, id), "
+            f"{MIN_REFERENCE_CHARS}-{MAX_REFERENCE_CHARS} characters",
         },
     },
     "required": ["kind", "text"],
@@ -55,7 +74,7 @@ MESSAGE_IN: Final[dict[str, Any]] = {
 MESSAGE_OUT: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "kind": {"type": "integer", "description": "1 note, 2 request, 3 reply, 4 status"},
+        "kind": {"type": "integer", "description": _KINDS},
         "text": {"type": "string"},
         "in_reply_to": {"type": "string"},
         "reference": {"type": "string"},
@@ -94,7 +113,12 @@ SEND_ARGUMENTS: Final[dict[str, Any]] = {
 FETCH_ARGUMENTS: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FETCH_LIMIT, "default": 16},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_FETCH_LIMIT,
+            "default": DEFAULT_FETCH_LIMIT,
+        },
         "wait_ms": {
             "type": ["integer", "null"],
             "minimum": 0,

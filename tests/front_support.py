@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from broker.agent_message import AgentMessage, AgentMessageContract
-from broker.front.app import create_app
+from broker.front.app import DEFAULT_MAX_BODY_BYTES, create_app
 from broker.front.tokens import KeyRing, agent_headers, generate_key
-from broker.relay import Relay
+from broker.relay import MAX_WAIT_SECONDS, Relay
 from tests.support import unique_prefix
 
 
@@ -72,7 +72,11 @@ async def serve_app(app: Any, port: int | None = None) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def running_front(
-    redis_url: str, *, prefix: str | None = None, max_body_bytes: int = 262144, max_wait: float = 25.0
+    redis_url: str,
+    *,
+    prefix: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_wait: float = MAX_WAIT_SECONDS,
 ) -> AsyncIterator[Front]:
     keyring = KeyRing([secrets.token_bytes(32)])
     connection = RedisConnection(

@@ -37,7 +37,7 @@ async def memory_relays(
     contract: Contract[B], count: int, limits: Limits = Limits()
 ) -> AsyncIterator[list[Relay[B]]]:
     state = MemoryState(
-        inbox_cap=limits.inbox_cap or None,
+        inbox_cap=limits.inbox_cap,
         send_rate=limits.send_rate,
         send_burst=limits.send_burst,
         max_waits_per_agent=limits.max_waits_per_agent,

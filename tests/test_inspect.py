@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx2
 import pytest
 import redis
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
@@ -246,8 +246,6 @@ async def test_a_failing_refresh_still_serves_metrics(monkeypatch: pytest.Monkey
 def test_gauge_names_clash_with_no_other_relay_metric() -> None:
     registry = CollectorRegistry()
     RelayMetrics(registry)
-    # the in-process messenger's dead-letter counter (broker/messenger.py) shares the relay's registry
-    Counter("csf_relay_dead_letters", "dead-lettered envelopes", ["tier"], registry=registry)
     registry.register(
         InboxGauges(RedisConnection(RedisSettings(url="redis://127.0.0.1:1/0")))
     )  # raises on a clash

@@ -63,7 +63,7 @@ class MemoryInboxStore:
             raise UnknownRecipient(to)
         inbox = self.state.inboxes.setdefault(to, MemoryInbox())
         cap = self.state.inbox_cap
-        if cap is not None and inbox.unacknowledged() >= cap:
+        if cap and inbox.unacknowledged() >= cap:
             raise InboxFull(to, cap)
         self._take_token(sender)
         ms, seq = inbox.last

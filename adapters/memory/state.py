@@ -50,7 +50,8 @@ class MemoryInbox:
 class MemoryState:
     registrations: dict[str, Registration] = field(default_factory=dict)
     inboxes: dict[str, MemoryInbox] = field(default_factory=dict)
-    inbox_cap: int | None = None
+    inbox_cap: int = 0
+    """Unacknowledged envelopes an inbox may hold; 0 means no cap (as ``RedisSettings.inbox_cap``)."""
     send_rate: float = 0.0
     send_burst: int = 0
     buckets: dict[str, tuple[float, float]] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from broker.envelope import Envelope, format_ms, format_time, to_ms
 from broker.errors import InternalError, InvalidArgument, RelayError, json_type
 from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
-from broker.relay import MAX_FETCH_LIMIT, Relay
+from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, Relay
 
 log = logging.getLogger("relay.front")
 
@@ -149,16 +149,17 @@ class FetchAgentInbox(AgentTool):
         self.max_wait_ms = int(relay.max_wait * 1000)
         super().__init__(
             "FetchAgentInbox",
-            f"Fetch up to `limit` (1-{MAX_FETCH_LIMIT}, default 16) unacknowledged envelopes, oldest "
-            "first. The same envelopes come back until you acknowledge them. With wait_ms, wait up to that "
-            f"long (capped at {self.max_wait_ms} ms) for a message when the inbox is empty.",
+            f"Fetch up to `limit` (1-{MAX_FETCH_LIMIT}, default {DEFAULT_FETCH_LIMIT}) unacknowledged "
+            "envelopes, oldest first. The same envelopes come back until you acknowledge them. With "
+            f"wait_ms, wait up to that long (capped at {self.max_wait_ms} ms) for a message when the inbox "
+            "is empty.",
             schemas.FETCH_ARGUMENTS,
             schemas.INBOX_SHAPE,
         )
         self.relay = relay
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
-        limit = arguments.get("limit", 16)
+        limit = arguments.get("limit", DEFAULT_FETCH_LIMIT)
         wait_ms = arguments.get("wait_ms")
         if wait_ms is not None and (isinstance(wait_ms, bool) or not isinstance(wait_ms, int) or wait_ms < 0):
             raise InvalidArgument(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
+from adapters.redis.keys import DEFAULT_PREFIX
 from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms
 from broker.errors import InvalidArgument
@@ -72,7 +73,9 @@ def register(subparsers: Subparsers) -> None:
 
 def _add_redis_options(parser: argparse.ArgumentParser) -> None:
     add_options(parser, StoreSettings)
-    parser.add_argument("--prefix", default="relay", help="the relay's Redis key prefix (default relay)")
+    parser.add_argument(
+        "--prefix", default=DEFAULT_PREFIX, help=f"the relay's Redis key prefix (default {DEFAULT_PREFIX})"
+    )
 
 
 def _queue_call(args: argparse.Namespace, work: Callable[[RedisDeliveryQueue], Awaitable[T]]) -> T:
