@@ -59,7 +59,7 @@ def cluster_url(redis_cluster: LocalCluster) -> str:
 @pytest.fixture(scope="module")
 def threaded(redis_url: str) -> Iterator[Any]:
     """The real app on uvicorn in a background thread, for synchronous (hypothesis) tests."""
-    from tests.test_fuzz import ThreadedFront
+    from tests.rpc_support import ThreadedFront  # (loads the app and the MCP SDK only when used)
 
     with ThreadedFront(redis_url) as running:
         yield running

@@ -22,6 +22,7 @@ from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import DEFAULT_MAX_BODY_BYTES, create_app
 from broker.front.tokens import KeyRing, agent_headers, generate_key
 from broker.relay import MAX_WAIT_SECONDS, Relay
+from broker.testing.polling import eventually
 from tests.support import unique_prefix
 
 
@@ -58,10 +59,7 @@ async def serve_app(app: Any, port: int | None = None) -> AsyncIterator[str]:
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
-        for _ in range(500):
-            if server.started or task.done():
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.started or task.done(), 5, "uvicorn started")
         if not server.started:
             raise RuntimeError("uvicorn did not start")
         yield f"http://127.0.0.1:{port}"

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +23,7 @@ from typing import Any, Literal
 import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.testing.polling import wait_until
 from tests.front_support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,17 +103,22 @@ class ServeProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + timeout
+        proc = self.proc
         with self.client(timeout=1) as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
+
+            def ready() -> bool:
+                if proc.poll() is not None:
                     raise AssertionError(f"relay serve exited: {self.log.read_text()}")
                 with contextlib.suppress(httpx2.HTTPError):
-                    if http.get("/readyz").status_code == 200:
-                        return self
-                time.sleep(0.05)
-        self.kill()
-        raise AssertionError(f"relay serve did not become ready in {timeout} s: {self.log.read_text()}")
+                    return http.get("/readyz").status_code == 200
+                return False
+
+            try:
+                wait_until(ready, timeout, "relay serve ready", interval=0.05)
+            except AssertionError:
+                self.kill()
+                raise AssertionError(f"relay serve did not become ready: {self.log.read_text()}") from None
+        return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Send ``sig`` unless it has exited, and return its exit code. One still running after

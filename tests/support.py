@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
@@ -18,6 +20,7 @@ from broker.relay import Relay
 from broker.testing.conformance import Limits
 
 B = TypeVar("B")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def address_for(tier: Tier, agent: str) -> Address:
@@ -100,3 +103,14 @@ class TextContract:
         if not isinstance(data, dict) or not isinstance(data.get("value"), str):
             raise ContractViolation([Violation("value", "type", "must be a string")])
         return Text(data["value"])
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text())
+    rows = []
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            instruction, _, rest = line.strip().partition(" ")
+            rows.append((instruction.upper(), rest.strip()))
+    return rows

@@ -38,6 +38,7 @@ from broker.front.tokens import (
     generate_key,
     key_id,
 )
+from broker.testing.polling import eventually
 
 NOW = 1_800_000_000
 AGENT = "alice"
@@ -543,11 +544,8 @@ async def server() -> AsyncIterator[Server]:
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     uv = uvicorn.Server(config)
     task = asyncio.create_task(uv.serve(sockets=[sock]))
-    for _ in range(500):
-        if uv.started or task.done():
-            break
-        await asyncio.sleep(0.01)
-    assert uv.started, "uvicorn did not start within 5 s"
+    await eventually(lambda: uv.started or task.done(), 5, "uvicorn started")
+    assert uv.started, "uvicorn exited at start-up"
     try:
         yield Server(f"http://127.0.0.1:{port}/mcp/agent", keyring, KeyRing([new_key()]))
     finally:

@@ -26,6 +26,7 @@ from adapters.redis.gauges import InboxGauges
 from broker.metrics import RelayMetrics
 from relay.cli import build_parser
 from relay.settings import ServeSettings, load
+from tests.support import dockerfile
 
 ROOT = Path(__file__).resolve().parents[1]
 yaml = importlib.import_module("yaml")  # PyYAML (dev extra); untyped, so loaded as a plain module
@@ -48,17 +49,6 @@ CLUSTER_NODES = {
 }
 PROMETHEUS = load_yaml(ROOT / "deploy" / "prometheus.yml")
 ALERTS = load_yaml(ROOT / "deploy" / "alerts.yml")
-
-
-def dockerfile() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text())
-    rows = []
-    for line in text.splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            instruction, _, rest = line.strip().partition(" ")
-            rows.append((instruction.upper(), rest.strip()))
-    return rows
 
 
 def image_env() -> dict[str, str]:

@@ -17,7 +17,7 @@ from tests.support import unique_prefix
 ONCE = DeliverySettings(max_attempts=1, visibility=30.0, poll=0.2)
 
 
-def seed(url: str, prefix: str, texts: list[str]) -> list[str]:
+def dead_letters_for(url: str, prefix: str, texts: list[str]) -> list[str]:
     """Send ``texts`` from alice to builder and fail each once: they become dead letters."""
 
     async def run() -> list[str]:
@@ -57,7 +57,7 @@ def inbox(url: str, prefix: str) -> list[str]:
 def test_list_shows_each_dead_letter_readably(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     prefix = unique_prefix()
     long_text = "line one\nline two \x1b[31m" + "x" * 200
-    sent = seed(redis_url, prefix, ["build the parser", long_text])
+    sent = dead_letters_for(redis_url, prefix, ["build the parser", long_text])
     assert main(["dead-letters", "list", "builder", "--redis-url", redis_url, "--prefix", prefix]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "2 dead letters for builder, oldest first:"
@@ -72,7 +72,7 @@ def test_list_shows_each_dead_letter_readably(redis_url: str, capsys: pytest.Cap
 
 def test_list_as_json_and_with_a_limit(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     prefix = unique_prefix()
-    sent = seed(redis_url, prefix, ["a", "b", "c"])
+    sent = dead_letters_for(redis_url, prefix, ["a", "b", "c"])
     argv = ["dead-letters", "list", "builder", "--json", "--limit", "2", "--redis-url", redis_url]
     assert main([*argv, "--prefix", prefix]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -86,7 +86,7 @@ def test_list_as_json_and_with_a_limit(redis_url: str, capsys: pytest.CaptureFix
 
 def test_requeue_some_then_all(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     prefix = unique_prefix()
-    sent = seed(redis_url, prefix, ["a", "b", "c"])
+    sent = dead_letters_for(redis_url, prefix, ["a", "b", "c"])
     base = ["--redis-url", redis_url, "--prefix", prefix]
     assert main(["dead-letters", "requeue", "builder", sent[1], *base, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["not_found"] == []
@@ -107,7 +107,7 @@ def test_redis_url_comes_from_the_environment(
     redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = unique_prefix()
-    seed(redis_url, prefix, ["a"])
+    dead_letters_for(redis_url, prefix, ["a"])
     monkeypatch.setenv("RELAY_REDIS_URL", redis_url)
     assert main(["dead-letters", "list", "builder", "--prefix", prefix]) == 0
     assert capsys.readouterr().out.startswith("1 dead letter for builder")

@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,50 +26,10 @@ import redis.asyncio as aioredis
 from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
-from broker.ids import ENVELOPE_ID_PATTERN
+from broker.testing.polling import eventually
+from tests.fault_support import check_envelope, check_stored_entries
 from tests.front_support import Front, key_file, running_front
 from tests.processes import REGISTER, ok, serve_processes, tool_outcome
-
-ENVELOPE_FIELDS = {"from", "tier", "sent_at", "kind", "text", "nonce"}
-
-
-# --- helpers (test_load.py checks envelopes and stored entries with these too) -----------------------
-
-
-async def poll(condition: Callable[[], Awaitable[bool] | bool], seconds: float, what: str) -> float:
-    """Wait (bounded) until ``condition()`` holds; return how long it took."""
-    started = time.monotonic()
-    for _ in range(int(seconds / 0.02) + 1):
-        value = condition()
-        if isinstance(value, Awaitable):
-            value = await value
-        if value:
-            return time.monotonic() - started
-        if time.monotonic() - started > seconds:
-            break
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
-
-
-def check_envelope(envelope: dict[str, Any]) -> tuple[str, int]:
-    """A fetched envelope is whole: id, sender, tier, kind and a text naming its sender and number."""
-    assert re.fullmatch(ENVELOPE_ID_PATTERN, envelope["id"]), envelope
-    assert envelope["tier"] == "host" and envelope["message"]["kind"] == 1, envelope
-    match = re.fullmatch(r"from (\S+) #(\d+)", envelope["message"]["text"])
-    assert match is not None and match.group(1) == envelope["from"], envelope
-    return envelope["from"], int(match.group(2))
-
-
-async def check_stored_entries(store: aioredis.Redis, pattern: str) -> int:
-    """Every stream entry in Redis carries the complete envelope field set (nothing half-written)."""
-    count = 0
-    async for key in store.scan_iter(pattern, count=1000):
-        entries: list[tuple[str, dict[str, str]]] = await store.xrange(key)  # type: ignore[assignment]
-        for _entry_id, fields in entries:
-            assert set(fields) == ENVELOPE_FIELDS, (key, fields)
-            count += 1
-    return count
-
 
 # --- Redis killed while senders run ------------------------------------------------------------------
 
@@ -139,21 +97,21 @@ async def _redis_kill_run(tmp_path: Path, appendfsync: str) -> dict[str, Any]:
             senders = Senders(http, front.url, headers)
             tasks = [asyncio.create_task(senders.run(agent)) for agent in agents]
             try:
-                await poll(lambda: len(senders.acked) >= 400, 60, "400 acknowledged sends")
+                await eventually(lambda: len(senders.acked) >= 400, 60, "400 acknowledged sends")
                 async with aioredis.Redis.from_url(server.url) as probe:
                     delayed = int((await probe.info("persistence")).get("aof_delayed_fsync", 0))
                 acked_before = len(senders.acked)
                 killed_at = time.monotonic()
                 server.kill()
                 failures_then = sum(senders.failed.values())
-                await poll(
+                await eventually(
                     lambda: sum(senders.failed.values()) >= failures_then + len(agents), 30, "send failures"
                 )
                 first_error = time.monotonic() - killed_at
                 server.restart()
                 restarted_at = time.monotonic()
                 resumed = len(senders.acked)
-                await poll(
+                await eventually(
                     lambda: len(senders.acked) >= resumed + 200, 60, "200 more sends after the restart"
                 )
                 first_success = min(t for t in senders.acked_at.values() if t > restarted_at) - killed_at
@@ -266,7 +224,7 @@ async def test_a_frozen_redis_gives_retryable_errors_in_bounded_time_and_service
             async def serving() -> bool:
                 return (await tool_outcome(http, front.url, alice, "FetchAgentInbox", {}))[0] == "ok"
 
-            await poll(serving, 30, "service to resume after SIGCONT")
+            await eventually(serving, 30, "service to resume after SIGCONT")
             resumed = round(time.monotonic() - thawed, 2)
             assert (await http.get(f"{front.base}/readyz")).status_code == 200
             inbox = await ok(http, front.url, alice, "FetchAgentInbox", {"limit": 256})
@@ -385,14 +343,14 @@ async def test_a_worker_killed_mid_traffic_loses_and_repeats_nothing(tmp_path: P
                 sending = [asyncio.create_task(traffic.send(agent)) for agent in senders]
                 receiving = [asyncio.create_task(traffic.receive(agent)) for agent in receivers]
                 try:
-                    await poll(
+                    await eventually(
                         lambda: len(traffic.acked_sends) >= 300 and traffic.acks >= 100, 90, "traffic on a"
                     )
                     before = (len(traffic.acked_sends), traffic.acks)
                     a.kill()
                     traffic.dead.add(0)
                     killed = len(traffic.acked_sends)
-                    await poll(lambda: len(traffic.acked_sends) >= killed + 300, 90, "traffic on b")
+                    await eventually(lambda: len(traffic.acked_sends) >= killed + 300, 90, "traffic on b")
                     assert (await http.get(f"{b.base}/readyz")).status_code == 200
                     traffic.stop_sending.set()
                     await asyncio.wait_for(asyncio.gather(*sending), 60)
@@ -401,7 +359,7 @@ async def test_a_worker_killed_mid_traffic_loses_and_repeats_nothing(tmp_path: P
                         lengths = [await store.xlen(f"relay:inbox:{{{r}}}") for r in receivers]
                         return sum(lengths) == 0
 
-                    await poll(drained, 60, "the receivers to drain their inboxes")
+                    await eventually(drained, 60, "the receivers to drain their inboxes")
                 finally:
                     traffic.stop_sending.set()
                     traffic.stop_receiving.set()

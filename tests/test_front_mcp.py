@@ -42,7 +42,7 @@ REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_seed_walkthrough_for_two_agents(front: Front, mode: str) -> None:
+async def test_the_two_agent_walkthrough(front: Front, mode: str) -> None:
     async with front.client("alice", "a-1", mode) as alice, front.client("bob", "b-1", mode) as bob:
         names = {t.name for t in (await alice.list_tools()).tools}
         assert names == {

@@ -25,9 +25,9 @@ import redis.asyncio as aioredis
 from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
+from tests.fault_support import check_envelope, check_stored_entries
 from tests.front_support import key_file
 from tests.processes import REGISTER, ok, serve_processes, tool_outcome
-from tests.test_faults import check_envelope, check_stored_entries
 
 AGENTS = 50
 MESSAGES = 200

@@ -46,7 +46,6 @@ async def session_log(
         text = worker.log.read_text()
         lines = [json.loads(line) for line in text.splitlines() if line.strip()]
         yield lines, secret, envelope
-        assert secret not in text
     finally:
         server.stop()
 

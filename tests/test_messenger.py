@@ -18,6 +18,7 @@ import pytest
 from broker.addresses import WorkbenchAddress
 from broker.envelope import Envelope, Tier
 from broker.messenger import DeliverySettings, Handler, Messenger
+from broker.testing.polling import eventually
 from tests.messenger_support import memory_messengers, redis_messengers
 from tests.support import Text, TextContract, unique_prefix
 
@@ -154,10 +155,7 @@ async def test_always_failing_is_dead_lettered_counted_and_requeued(
 
         serving = asyncio.create_task(messenger.serve("bob", broken, stop=stop))
         try:
-            for _ in range(int(BOUND * 100)):
-                if dead_letters_metric(messenger) >= 1:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: dead_letters_metric(messenger) >= 1, BOUND, "a dead letter counted")
         finally:
             stop.set()
             await asyncio.wait_for(serving, BOUND)

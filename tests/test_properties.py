@@ -37,8 +37,7 @@ from broker.ids import (
     encode_envelope_id,
     is_envelope_id,
 )
-from tests.support import memory_relays
-from tests.test_fuzz import (
+from tests.rpc_support import (
     HOSTILE_IDS,
     ThreadedFront,
     call,
@@ -47,6 +46,7 @@ from tests.test_fuzz import (
     register,
     tool_outcome,
 )
+from tests.support import memory_relays
 
 CONTRACT = AgentMessageContract()
 SETTINGS = settings(

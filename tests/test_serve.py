@@ -19,6 +19,7 @@ import pytest
 from adapters.redis.server import LOCK_FILE, EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers, generate_key
+from broker.testing.polling import wait_until
 from tests.front_support import free_port, key_file, running_front
 from tests.processes import MCP_HEADERS, REGISTER, ServeProcess, call_tool_sync, ok_sync, run_relay
 
@@ -94,14 +95,15 @@ def test_a_killed_serve_takes_its_embedded_server_along_and_starts_again(
 
     lock = os.open(data / LOCK_FILE, os.O_RDWR)
     try:
-        deadline = time.monotonic() + 10
-        while True:  # the lock is released when the orphaned server exits
+
+        def locked() -> bool:  # the lock is released when the orphaned server exits
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
-                assert time.monotonic() < deadline, f"embedded server {redis_pid} still holds {data}"
-                time.sleep(0.05)
+                return False
+            return True
+
+        wait_until(locked, 10, f"embedded server {redis_pid} releasing {data}", interval=0.05)
         fcntl.flock(lock, fcntl.LOCK_UN)
     finally:
         os.close(lock)
@@ -144,10 +146,7 @@ def test_sighup_reloads_the_key_file_for_rotation_without_a_restart(
         count = serve.log.read_text().count(expect)
         assert serve.proc is not None
         serve.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while serve.log.read_text().count(expect) == count:
-            assert time.monotonic() < deadline, serve.log.read_text()
-            time.sleep(0.02)
+        wait_until(lambda: serve.log.read_text().count(expect) > count, 10, f"{expect!r} logged again")
 
     assert statuses() == (200, 401)  # the file on disk changed, the worker has not read it yet
     reload("key file reloaded")

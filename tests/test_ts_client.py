@@ -66,7 +66,7 @@ async def _run(script: Path, url: str, headers: dict[str, str], steps: list[Any]
 
 
 @pytest.mark.asyncio
-async def test_typescript_sdk_client_runs_the_seed_walkthrough(node_sdk: Path, redis_url: str) -> None:
+async def test_typescript_sdk_client_runs_the_two_agent_walkthrough(node_sdk: Path, redis_url: str) -> None:
     async with running_front(redis_url) as front:
         register = ["RegisterAgentAddress", {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}]
         bob = await _run(node_sdk, front.url, front.headers("bob", "ts-b"), [register])

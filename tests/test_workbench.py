@@ -15,6 +15,7 @@ from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Envelope, Tier
 from broker.messenger import DeliverySettings, Messenger
+from broker.testing.polling import eventually
 from tests.messenger_support import memory_messengers, redis_messengers
 
 FAST = DeliverySettings(max_attempts=3, visibility=30.0, backoff_base=0.01, backoff_cap=0.04, poll=0.2)
@@ -216,11 +217,9 @@ async def test_submission_always_failing_is_dead_lettered_and_requeue_brings_it_
             {"to": "builder", "message": {"kind": 2, "text": "do it"}}
         )
         await prompts.until(FAST.max_attempts, attempts=True)
-        for _ in range(int(BOUND * 100)):
-            if metric(messenger, "csf_relay_dead_letters_total") == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert metric(messenger, "csf_relay_dead_letters_total") == 1
+        await eventually(
+            lambda: metric(messenger, "csf_relay_dead_letters_total") == 1, BOUND, "a dead letter counted"
+        )
         (letter,) = await messenger.dead_letters("builder")
         assert letter.envelope_id == sent["id"] and letter.attempts == FAST.max_attempts
         assert letter.reason == "ConnectionError: session queue unavailable"

@@ -1,4 +1,4 @@
-"""Workbench session messaging: the seed's ``copilotadapter.SessionMessaging``.
+"""Workbench session messaging: in-process agent sessions as relay agents (``SessionMessaging``).
 
 A host application runs in-process agent sessions (Workbench). For each session it exposes two tools,
 ``register_agent`` and ``send_agent_message`` (``SessionMessaging.tools``: plain async callables with

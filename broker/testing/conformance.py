@@ -1,7 +1,9 @@
-"""The messaging contract every relay instantiation runs (the seed's DescribeRelayConformance[Body]).
+"""The messaging contract every relay instantiation runs, whatever its body type and backend.
 
-Use it by subclassing in a test module (the class name must start with ``Test``) and implementing the
-hooks; pytest (with pytest-asyncio) collects every ``test_*`` method::
+Install it with ``pip install relay[testing]`` (pytest and pytest-asyncio; the tests are coroutines,
+so run them with ``asyncio_mode = "auto"`` or a loop-scope setting of your own). Use it by subclassing
+in a test module (the class name must start with ``Test``) and implementing the hooks; pytest collects
+every ``test_*`` method::
 
     class TestMyRelay(RelayConformance[MyBody]):
         def make_relays(self, count): ...   # started relays sharing one fresh, empty store

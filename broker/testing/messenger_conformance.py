@@ -1,6 +1,7 @@
 """The messenger's part of the conformance suite: at-least-once in-process delivery on any backend.
 
-Subclass it in a test module (the class name must start with ``Test``) and implement the hooks::
+Install and run it like ``broker.testing.conformance`` (``pip install relay[testing]``). Subclass it
+in a test module (the class name must start with ``Test``) and implement the hooks::
 
     class TestMyMessenger(MessengerConformance[MyBody]):
         def make_messengers(self, count, settings): ...  # started messengers sharing one fresh store
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Generic, TypeVar
 
@@ -25,6 +25,7 @@ from broker.addresses import Address
 from broker.envelope import Envelope, Tier
 from broker.errors import UnknownRecipient, UnregisteredAgent
 from broker.messenger import Delivery, DeliverySettings, Messenger, Receiving
+from broker.testing.polling import eventually
 
 Body = TypeVar("Body")
 
@@ -72,13 +73,6 @@ class MessengerConformance(ABC, Generic[Body]):
             async for _ in receiving:
                 return False
         return True
-
-    @staticmethod
-    async def _eventually(condition: Callable[[], bool], bound: float = _BOUND) -> None:
-        deadline = time.monotonic() + bound
-        while not condition():
-            assert time.monotonic() < deadline, "condition not reached in time"
-            await asyncio.sleep(0.01)
 
     @staticmethod
     def _dead_metric(messenger: Messenger[Body], tier: Tier) -> float:
@@ -205,12 +199,12 @@ class MessengerConformance(ABC, Generic[Body]):
             async def broken(envelope: Envelope[Body]) -> None:
                 raise ValueError("never works")
 
+            async def all_dead() -> bool:
+                return await messenger.dead_letter_count("bob") == 3
+
             serving = asyncio.create_task(messenger.serve("bob", broken, stop=stop))
             try:
-                for _ in range(int(_BOUND * 100)):
-                    if await messenger.dead_letter_count("bob") == 3:
-                        break
-                    await asyncio.sleep(0.01)
+                await eventually(all_dead, _BOUND, "all three envelopes dead-lettered")
             finally:
                 stop.set()
                 await asyncio.wait_for(serving, _BOUND)
