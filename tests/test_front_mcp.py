@@ -12,6 +12,7 @@ import httpx2
 import pytest
 from mcp import MCPError
 
+from broker.front.tools import MAX_FETCH_RESPONSE_BYTES
 from tests.front_support import Front, running_front
 
 pytestmark = pytest.mark.asyncio
@@ -331,3 +332,47 @@ async def test_only_post_is_served_on_the_agent_endpoint(front: Front) -> None:
             response = await http.request(method, front.url, headers=headers)
             assert response.status_code == 405 and response.headers["allow"] == "POST"
             assert response.json()["error"]["message"].startswith("method not allowed")
+
+
+async def test_results_are_structured_only_and_older_clients_get_the_json_as_text(front: Front) -> None:
+    async with front.client("alice", "a-1") as alice:
+        data(await alice.call_tool("RegisterAgentAddress", REGISTER))
+        result = await alice.call_tool("FetchAgentInbox", {})
+        assert result.content == [] and result.structured_content == {"envelopes": []}
+    call = {**_rpc("tools/call", {"name": "FetchAgentInbox", "arguments": {}})}
+    async with httpx2.AsyncClient() as http:
+        for version, structured in (
+            ("2025-11-25", True),
+            ("2025-06-18", True),
+            ("2025-03-26", False),
+            (None, False),
+        ):
+            headers = {**MCP_HEADERS, **front.headers("alice", "a-1")}
+            if version is not None:
+                headers["mcp-protocol-version"] = version
+            answer = (await http.post(front.url, json=call, headers=headers)).json()["result"]
+            if structured:
+                assert answer["structuredContent"] == {"envelopes": []} and answer["content"] == [], version
+            else:
+                assert "structuredContent" not in answer, version
+                assert json.loads(answer["content"][0]["text"]) == {"envelopes": []}, version
+
+
+async def test_a_fetch_response_stays_within_its_byte_bound(front: Front) -> None:
+    """256 stored texts of 43,000 NULs once made a 143 MB response; now a fetch returns fewer envelopes."""
+    nuls = "\x00" * 43_000
+    async with front.client("alice", "a-1") as alice:
+        data(await alice.call_tool("RegisterAgentAddress", REGISTER))
+        for _ in range(8):
+            data(
+                await alice.call_tool(
+                    "SendAgentMessage", {"to": "alice", "message": {"kind": 1, "text": nuls}}
+                )
+            )
+    call = _rpc("tools/call", {"name": "FetchAgentInbox", "arguments": {"limit": 256}})
+    headers = {**MCP_HEADERS, **front.headers("alice", "a-1"), "mcp-protocol-version": "2025-11-25"}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        response = await http.post(front.url, json=call, headers=headers)
+    envelopes = response.json()["result"]["structuredContent"]["envelopes"]
+    assert len(response.content) <= MAX_FETCH_RESPONSE_BYTES + 4096
+    assert 1 <= len(envelopes) < 8 and all(e["message"]["text"] == nuls for e in envelopes)

@@ -27,6 +27,7 @@ from adapters.redis.keys import Keys
 from broker.addresses import ClaudeCodeAddress, host_providers
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.errors import ContractViolation, InvalidArgument, RelayError
+from broker.front.app import DEFAULT_MAX_BODY_BYTES
 from broker.ids import (
     AGENT_ID_PATTERN,
     ENVELOPE_ID_PATTERN,
@@ -401,6 +402,10 @@ def test_acknowledge_removes_exactly_the_callers_delivered_envelopes(
     well_formed = isinstance(ids, list) and all(isinstance(i, str) for i in ids)
     if well_formed:
         assert (outcome == "ok") == (len(ids) <= 1024 and all(is_envelope_id(i) for i in ids)), (ids, done)
+    if outcome == "rpc":  # refused before any tool ran: only a body over the size limit may be
+        assert len(encode(call("AcknowledgeAgentInbox", {"ids": ids}))) > DEFAULT_MAX_BODY_BYTES
+        assert store.xlen(keys.inbox("prop-ack")) == before
+        return
     if outcome != "ok":
         assert done["code"] == "invalid_argument", done
         assert store.xlen(keys.inbox("prop-ack")) == before

@@ -18,6 +18,7 @@ from broker.front.tools import (
     FetchAgentInbox,
     RegisterAgentAddress,
     SendAgentMessage,
+    encoded_size,
     relay_tools,
 )
 from broker.relay import Relay
@@ -37,16 +38,15 @@ async def relay() -> AsyncIterator[Relay[AgentMessage]]:
 
 
 def data(result: CallToolResult) -> dict[str, Any]:
-    """The result's JSON; the text and the structured content must agree."""
-    text = json.loads(result.content[0].text)  # type: ignore[union-attr]
-    if not result.is_error:
-        assert text == result.structured_content
-    return dict(text)
+    """A success's data: structured content only, no second encoding as text."""
+    assert not result.is_error and result.content == [], result
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
 
 
 def refusal(result: CallToolResult) -> dict[str, Any]:
-    assert result.is_error
-    error: dict[str, Any] = data(result)["error"]
+    assert result.is_error and result.structured_content is None
+    error: dict[str, Any] = json.loads(result.content[0].text)["error"]  # type: ignore[union-attr]
     return error
 
 
@@ -131,3 +131,28 @@ async def test_an_unexpected_failure_is_an_internal_error_whose_details_stay_in_
         error = refusal(await Broken().call(ALICE, {}))
     assert error["code"] == "internal_error" and "secret" not in json.dumps(error)
     assert "secret" in caplog.text
+
+
+NULS = "\x00" * 43_000  # 43 kB stored, 258 kB encoded ("\u0000" is six bytes of JSON)
+
+
+async def test_a_fetch_result_is_bounded_in_bytes_and_always_holds_one_envelope(
+    relay: Relay[AgentMessage],
+) -> None:
+    sent = [
+        (await relay.send("alice", "bob", AgentMessage(kind=1, text=NULS), session="a-1")).id
+        for _ in range(5)
+    ]
+    tool = FetchAgentInbox(relay, max_response_bytes=600_000)
+    first = data(await tool.call(BOB, {"limit": 256}))["envelopes"]
+    assert [e["id"] for e in first] == sent[:2]
+    assert encoded_size(first) <= 600_000
+    assert [
+        e["id"] for e in data(await FetchAgentInbox(relay, max_response_bytes=10).call(BOB, {}))["envelopes"]
+    ] == (sent[:1])
+    await relay.ack("bob", sent[:2])
+    rest = data(await tool.call(BOB, {"limit": 256}))["envelopes"]
+    # what was left out comes first next time; the store counted each fetch as a hand-out
+    assert [e["id"] for e in rest] == sent[2:4]
+    assert [e["deliveries"] for e in rest] == [3, 3]
+    assert all(e["message"]["text"] == NULS for e in first + rest)

@@ -27,6 +27,7 @@ from mcp.types import (
     CallToolResult,
     ListToolsResult,
     PaginatedRequestParams,
+    TextContent,
     Tool,
 )
 
@@ -36,6 +37,9 @@ from broker.front.tools import AgentTool, relay_tools, shown
 from broker.relay import Relay
 
 VERSION: Final = "0.1.0"
+STRUCTURED_CONTENT_SINCE: Final = "2025-06-18"
+"""The MCP revision that added ``structuredContent`` to tool results; clients of an older revision
+(or that send no ``MCP-Protocol-Version``, which means 2025-03-26) get the result as JSON text."""
 INSTRUCTIONS: Final = (
     "relay delivers messages between agents. Register once per session (RegisterAgentAddress), then "
     "send (SendAgentMessage), poll (FetchAgentInbox) and acknowledge what you handled "
@@ -78,7 +82,10 @@ def build_mcp_server(relay: Relay[AgentMessage], *, extra_tools: Sequence[AgentT
             raise MCPError(
                 code=INVALID_PARAMS, message=f"unknown tool {shown(params.name)!r}; see tools/list"
             )
-        return await tool.call(identity_of(ctx), params.arguments or {})
+        result = await tool.call(identity_of(ctx), params.arguments or {})
+        if result.structured_content is not None and ctx.protocol_version < STRUCTURED_CONTENT_SINCE:
+            return as_text(result)
+        return result
 
     return Server(
         "relay",
@@ -88,6 +95,12 @@ def build_mcp_server(relay: Relay[AgentMessage], *, extra_tools: Sequence[AgentT
         on_call_tool=call_tool,
         get_tool_input_schema=annotated.get,
     )
+
+
+def as_text(result: CallToolResult) -> CallToolResult:
+    """``result`` for a client that predates structured content: its JSON as the one text block."""
+    text = json.dumps(result.structured_content, ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=result.is_error)
 
 
 def identity_of(ctx: ServerRequestContext[Any, Any]) -> AgentIdentity:

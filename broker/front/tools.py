@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult
 
 from broker import schemas
 from broker.addresses import host_providers
@@ -26,6 +26,9 @@ from broker.front.tokens import AgentIdentity
 from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, Relay
 
 log = logging.getLogger("relay.front")
+
+MAX_FETCH_RESPONSE_BYTES: Final = 1024 * 1024
+"""Encoded envelopes one ``FetchAgentInbox`` result holds at most (one envelope always fits)."""
 
 
 class AgentTool:
@@ -143,10 +146,19 @@ class SendAgentMessage(AgentTool):
 
 
 class FetchAgentInbox(AgentTool):
-    """The caller's unacknowledged envelopes, oldest first; optionally waits for one."""
+    """The caller's unacknowledged envelopes, oldest first; optionally waits for one.
 
-    def __init__(self, relay: Relay[AgentMessage]) -> None:
+    One result holds at most ``max_response_bytes`` of encoded envelopes (always at least one): a
+    message's text may encode to six times its stored size (``\u0000``), and 256 of them would make a
+    response of well over 100 MB. The envelopes left out stay unacknowledged and come first at the next
+    fetch; the store counted them as handed out, so their ``deliveries`` is one higher then.
+    """
+
+    def __init__(
+        self, relay: Relay[AgentMessage], max_response_bytes: int = MAX_FETCH_RESPONSE_BYTES
+    ) -> None:
         self.max_wait_ms = int(relay.max_wait * 1000)
+        self.max_response_bytes = max_response_bytes
         super().__init__(
             "FetchAgentInbox",
             f"Fetch up to `limit` (1-{MAX_FETCH_LIMIT}, default {DEFAULT_FETCH_LIMIT}) unacknowledged "
@@ -167,6 +179,22 @@ class FetchAgentInbox(AgentTool):
             )
         wait = min(wait_ms, self.max_wait_ms) / 1000 if wait_ms else None
         got = await self.relay.fetch(who.agent, limit, wait, session=who.session)
+        envelopes: list[dict[str, Any]] = []
+        size = 0
+        for envelope in got:
+            item = self.inbox_envelope(envelope)
+            size += encoded_size(item)
+            if envelopes and size > self.max_response_bytes:
+                log.info(
+                    "fetch cut to %d of %d envelopes (%d bytes at most per response)",
+                    len(envelopes),
+                    len(got),
+                    self.max_response_bytes,
+                    extra={"agent": who.agent},
+                )
+                got = got[: len(envelopes)]
+                break
+            envelopes.append(item)
         if log.isEnabledFor(logging.INFO):
             for envelope in got:
                 if envelope.deliveries == 1:
@@ -180,7 +208,7 @@ class FetchAgentInbox(AgentTool):
                             "outcome": "ok",
                         },
                     )
-        return tool_result({"envelopes": [self.inbox_envelope(e) for e in got]})
+        return tool_result({"envelopes": envelopes})
 
     def inbox_envelope(self, envelope: Envelope[AgentMessage]) -> dict[str, Any]:
         """One envelope of ``schemas.INBOX``; ``to_json`` gives ``kind``, ``text`` and only the
@@ -236,15 +264,21 @@ def relay_tools(relay: Relay[AgentMessage]) -> list[AgentTool]:
 
 
 def tool_result(data: dict[str, Any]) -> CallToolResult:
-    """A success result: the JSON as text (what models read) and as structured content (what typed
-    clients validate against the output schema)."""
-    return CallToolResult(
-        content=[TextContent(type="text", text=_JSON.encode(data))], structured_content=data
-    )
+    """A success result: the data as structured content only. Clients of MCP 2025-06-18 and later read
+    it there (the official Python SDK validates it against the output schema; Claude Code hands the
+    model its JSON and ignores ``content`` when it is present), so the same JSON is not encoded a second
+    time as text. ``broker.front.server.as_text`` gives older clients the text instead."""
+    return CallToolResult(content=[], structured_content=data)
 
 
 _JSON: Final = json.JSONEncoder(ensure_ascii=False)
 """= ``json.dumps(data, ensure_ascii=False)``; one encoder instead of a new one per call."""
+
+
+def encoded_size(data: object) -> int:
+    """Bytes of ``data`` as UTF-8 JSON (what it adds to a response body)."""
+    text = _JSON.encode(data)
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def shown(text: str) -> str:
