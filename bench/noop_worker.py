@@ -27,13 +27,9 @@ NOOP_TOOL = "NoOp"
 
 
 class NoOp(AgentTool):
-    def __init__(self) -> None:
-        super().__init__(
-            NOOP_TOOL,
-            "Bench only: does nothing and returns an empty object.",
-            {"type": "object", "properties": {}, "additionalProperties": False},
-            None,
-        )
+    name = NOOP_TOOL
+    description = "Bench only: does nothing and returns an empty object."
+    input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})

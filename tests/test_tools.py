@@ -117,8 +117,9 @@ async def test_every_tool_refuses_unknown_and_missing_argument_names_first(
 
 
 class Broken(AgentTool):
-    def __init__(self) -> None:
-        super().__init__("Broken", "fails", {"type": "object", "properties": {}}, None)
+    name = "Broken"
+    description = "fails"
+    input_schema = {"type": "object", "properties": {}}
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         raise KeyError("a bug, with a secret in it")

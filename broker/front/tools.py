@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from mcp.types import CallToolResult
 
@@ -32,23 +32,22 @@ MAX_FETCH_RESPONSE_BYTES: Final = 1024 * 1024
 
 
 class AgentTool:
-    """One tool of the agent endpoint. Subclasses implement ``run``; it gets arguments whose names the
-    input schema allows and whose required names are present, and checks their values itself (or
-    leaves that to the relay)."""
+    """One tool of the agent endpoint. A subclass names itself in class attributes and implements
+    ``run``; ``run`` gets arguments whose names the input schema allows and whose required names are
+    present, and checks their values itself (or leaves that to the relay)."""
 
-    def __init__(
-        self,
-        name: str,
-        description: str,
-        input_schema: Mapping[str, Any],
-        output_schema: Mapping[str, Any] | None,
-    ) -> None:
-        self.name = name
-        self.description = description
-        self.input_schema = input_schema
-        self.output_schema = output_schema
-        self._allowed = frozenset(input_schema.get("properties", {}))
-        self._required = tuple(input_schema.get("required", ()))
+    name: ClassVar[str]
+    description: str
+    input_schema: ClassVar[Mapping[str, Any]]
+    output_schema: ClassVar[Mapping[str, Any] | None] = None
+    _allowed: ClassVar[frozenset[str]]
+    _required: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        if "input_schema" in vars(cls):
+            cls._allowed = frozenset(cls.input_schema.get("properties", {}))
+            cls._required = tuple(cls.input_schema.get("required", ()))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -80,20 +79,28 @@ class AgentTool:
                 raise InvalidArgument(name, "required", f"{self.name} needs this argument")
 
 
-class RegisterAgentAddress(AgentTool):
-    """Register where the caller can be reached (host-tier addresses only on this endpoint)."""
+class RelayTool(AgentTool):
+    """A tool over a running relay."""
 
     def __init__(self, relay: Relay[AgentMessage]) -> None:
-        super().__init__(
-            "RegisterAgentAddress",
-            "Register where this agent can be reached. Call once per session and again after every "
-            "restart. Only host-tier addresses are accepted here: provider 'claudecode' with endpoint "
-            "'127.0.0.1:PORT', '[::1]:PORT', 'localhost:PORT' or 'unix:/absolute/path'. Registering from a "
-            "new session supersedes the old one and keeps the inbox.",
-            schemas.REGISTER_ARGUMENTS,
-            schemas.REGISTRATION,
-        )
         self.relay = relay
+
+
+class RegisterAgentAddress(RelayTool):
+    """Register where the caller can be reached (host-tier addresses only on this endpoint)."""
+
+    name = "RegisterAgentAddress"
+    description = (
+        "Register where this agent can be reached. Call once per session and again after every "
+        "restart. Only host-tier addresses are accepted here: provider 'claudecode' with endpoint "
+        "'127.0.0.1:PORT', '[::1]:PORT', 'localhost:PORT' or 'unix:/absolute/path'. Registering from a "
+        "new session supersedes the old one and keeps the inbox."
+    )
+    input_schema = schemas.REGISTER_ARGUMENTS
+    output_schema = schemas.REGISTRATION
+
+    def __init__(self, relay: Relay[AgentMessage]) -> None:
+        super().__init__(relay)
         self.providers = host_providers()
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
@@ -105,19 +112,17 @@ class RegisterAgentAddress(AgentTool):
         return tool_result(schemas.registration_result(done))
 
 
-class SendAgentMessage(AgentTool):
+class SendAgentMessage(RelayTool):
     """Validate a message and queue it in the recipient's inbox; the sender is always the caller."""
 
-    def __init__(self, relay: Relay[AgentMessage]) -> None:
-        super().__init__(
-            "SendAgentMessage",
-            "Send a message to another registered agent. kind: 1 note, 2 request, 3 reply (needs "
-            "in_reply_to = the envelope id you answer), 4 status. The sender is always you. Refused "
-            "messages list every violated rule and are not stored.",
-            schemas.SEND_ARGUMENTS,
-            schemas.SENT_SHAPE,
-        )
-        self.relay = relay
+    name = "SendAgentMessage"
+    description = (
+        "Send a message to another registered agent. kind: 1 note, 2 request, 3 reply (needs "
+        "in_reply_to = the envelope id you answer), 4 status. The sender is always you. Refused "
+        "messages list every violated rule and are not stored."
+    )
+    input_schema = schemas.SEND_ARGUMENTS
+    output_schema = schemas.SENT_SHAPE
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         to = arguments["to"]
@@ -145,7 +150,7 @@ class SendAgentMessage(AgentTool):
         )
 
 
-class FetchAgentInbox(AgentTool):
+class FetchAgentInbox(RelayTool):
     """The caller's unacknowledged envelopes, oldest first; optionally waits for one.
 
     One result holds at most ``max_response_bytes`` of encoded envelopes (always at least one): a
@@ -154,21 +159,22 @@ class FetchAgentInbox(AgentTool):
     fetch; the store counted them as handed out, so their ``deliveries`` is one higher then.
     """
 
+    name = "FetchAgentInbox"
+    input_schema = schemas.FETCH_ARGUMENTS
+    output_schema = schemas.INBOX_SHAPE
+
     def __init__(
         self, relay: Relay[AgentMessage], max_response_bytes: int = MAX_FETCH_RESPONSE_BYTES
     ) -> None:
+        super().__init__(relay)
         self.max_wait_ms = int(relay.max_wait * 1000)
         self.max_response_bytes = max_response_bytes
-        super().__init__(
-            "FetchAgentInbox",
+        self.description = (
             f"Fetch up to `limit` (1-{MAX_FETCH_LIMIT}, default {DEFAULT_FETCH_LIMIT}) unacknowledged "
             "envelopes, oldest first. The same envelopes come back until you acknowledge them. With "
             f"wait_ms, wait up to that long (capped at {self.max_wait_ms} ms) for a message when the inbox "
-            "is empty.",
-            schemas.FETCH_ARGUMENTS,
-            schemas.INBOX_SHAPE,
+            "is empty."
         )
-        self.relay = relay
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         limit = arguments.get("limit", DEFAULT_FETCH_LIMIT)
@@ -223,18 +229,16 @@ class FetchAgentInbox(AgentTool):
         }
 
 
-class AcknowledgeAgentInbox(AgentTool):
+class AcknowledgeAgentInbox(RelayTool):
     """Acknowledge envelopes of the caller's inbox by id; unknown ids are reported, not refused."""
 
-    def __init__(self, relay: Relay[AgentMessage]) -> None:
-        super().__init__(
-            "AcknowledgeAgentInbox",
-            "Acknowledge envelopes you have handled, by id; they will not come back. Unknown or already "
-            "acknowledged ids are reported, not refused.",
-            schemas.ACKNOWLEDGE_ARGUMENTS,
-            schemas.ACKNOWLEDGEMENT_SHAPE,
-        )
-        self.relay = relay
+    name = "AcknowledgeAgentInbox"
+    description = (
+        "Acknowledge envelopes you have handled, by id; they will not come back. Unknown or already "
+        "acknowledged ids are reported, not refused."
+    )
+    input_schema = schemas.ACKNOWLEDGE_ARGUMENTS
+    output_schema = schemas.ACKNOWLEDGEMENT_SHAPE
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         done = await self.relay.ack(who.agent, arguments["ids"], session=who.session)
