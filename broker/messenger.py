@@ -38,7 +38,7 @@ from broker.ids import check_agent_id
 from broker.ports import StoredEnvelope
 from broker.relay import DEFAULT_FETCH_LIMIT, Registered, Relay, check_fetch_limit
 
-__all__ = ["Delivery", "DeliverySettings", "FailOutcome", "Handler", "Messenger", "Receiving"]
+__all__ = ["Delivery", "FailOutcome", "Handler", "Messenger", "Receiving"]
 
 Body = TypeVar("Body")
 

@@ -30,7 +30,8 @@ from adapters.memory.delivery import MemoryDeliveryQueue
 from adapters.workbench import SessionMessaging, SessionTool
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import KIND_LABELS, AgentMessage, AgentMessageContract, Kind
-from broker.messenger import DeliverySettings, Messenger
+from broker.delivery import DeliverySettings
+from broker.messenger import Messenger
 from broker.relay import Relay
 
 SESSIONS = {"planner": "session-planner", "builder": "session-builder"}

@@ -13,7 +13,8 @@ from adapters.memory.delivery import MemoryDeliveryQueue
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
 from broker.contract import Contract
-from broker.messenger import DeliverySettings, Messenger
+from broker.delivery import DeliverySettings
+from broker.messenger import Messenger
 from broker.relay import Relay
 from tests.support import unique_prefix
 

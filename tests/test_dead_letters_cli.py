@@ -9,7 +9,7 @@ import pytest
 
 from broker.addresses import WorkbenchAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
-from broker.messenger import DeliverySettings
+from broker.delivery import DeliverySettings
 from relay.cli import main
 from tests.messenger_support import redis_messengers
 from tests.support import unique_prefix

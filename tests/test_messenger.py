@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from broker.addresses import WorkbenchAddress
+from broker.delivery import DeliverySettings
 from broker.envelope import Envelope, Tier
-from broker.messenger import DeliverySettings, Handler, Messenger
+from broker.messenger import Handler, Messenger
 from broker.testing.polling import eventually
 from tests.messenger_support import memory_messengers, redis_messengers
 from tests.support import Text, TextContract, unique_prefix

@@ -8,8 +8,9 @@ import pytest
 
 from broker.addresses import Address
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.delivery import DeliverySettings
 from broker.envelope import Tier
-from broker.messenger import DeliverySettings, Messenger
+from broker.messenger import Messenger
 from broker.testing.messenger_conformance import MessengerConformance
 from tests.messenger_support import memory_messengers, redis_messengers
 from tests.support import Text, TextContract, address_for

@@ -13,8 +13,9 @@ import pytest
 from adapters.workbench import SessionMessaging, SessionTool, format_prompt
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.delivery import DeliverySettings
 from broker.envelope import Envelope, Tier
-from broker.messenger import DeliverySettings, Messenger
+from broker.messenger import Messenger
 from broker.testing.polling import eventually
 from tests.messenger_support import memory_messengers, redis_messengers
 

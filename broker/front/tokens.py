@@ -24,6 +24,7 @@ import base64
 import binascii
 import functools
 import hashlib
+import json
 import re
 import secrets
 import time
@@ -289,10 +290,7 @@ class KeyRing:
                 raise AuthError("unsupported_token_version")
             raise AuthError("malformed_token")
         signed = token[len(TOKEN_VERSION) + 1 :]
-        try:
-            header = jwt.get_unverified_header(signed)
-        except jwt.PyJWTError:
-            raise AuthError("malformed_token") from None
+        header = _header(signed)
         # Only the header is read before the signature is checked; nothing in it is trusted but the
         # key id, and the algorithm is pinned whatever the header says.
         if header.get("alg") != ALGORITHM:
@@ -315,6 +313,19 @@ class KeyRing:
         except jwt.PyJWTError:
             raise AuthError("malformed_token") from None
         return _check_claims(claims)
+
+
+def _header(signed: str) -> dict[str, object]:
+    """The JWT header of ``signed``, read before anything is verified (PyJWT reads it again with the
+    signature: reading it here costs a tenth of that, and a refused header never reaches it)."""
+    raw = b64url_decode(signed.partition(".")[0])
+    try:
+        header = json.loads(raw) if raw is not None else None
+    except (ValueError, RecursionError):
+        header = None
+    if not isinstance(header, dict):
+        raise AuthError("malformed_token")
+    return header
 
 
 def _check_claims(claims: dict[str, object]) -> _Signed:

@@ -22,9 +22,10 @@ from typing import Generic, TypeVar
 import pytest
 
 from broker.addresses import Address
+from broker.delivery import DeliverySettings
 from broker.envelope import Envelope, Tier
 from broker.errors import UnknownRecipient, UnregisteredAgent
-from broker.messenger import Delivery, DeliverySettings, Messenger, Receiving
+from broker.messenger import Delivery, Messenger, Receiving
 from broker.testing.polling import eventually
 
 Body = TypeVar("Body")

@@ -13,8 +13,9 @@ import sys
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
+from broker.delivery import DeliverySettings
 from broker.envelope import Envelope
-from broker.messenger import DeliverySettings, Messenger
+from broker.messenger import Messenger
 from broker.relay import Relay
 from tests.support import Text, TextContract
 
