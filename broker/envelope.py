@@ -85,11 +85,17 @@ def format_ms(ms: int) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _second_text(second: int) -> str:
-    return format_time(from_ms(second * 1000))[:-4]
+    return _spelled(from_ms(second * 1000))[:-4]
 
 
 def format_time(moment: datetime) -> str:
     """ISO-8601 UTC with milliseconds and a ``Z``: ``2026-11-29T13:45:12.345Z``."""
+    if moment.tzinfo is UTC and moment.year >= 1970:  # what envelopes carry: through format_ms's cache
+        return format_ms(to_ms(moment))
+    return _spelled(moment)
+
+
+def _spelled(moment: datetime) -> str:
     m = moment.astimezone(UTC)
     if m.year < 1000:  # strftime's %Y does not pad: keep its spelling
         return m.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

@@ -25,7 +25,7 @@ from broker.agent_message import (
     MAX_TEXT_BYTES,
     MIN_REFERENCE_CHARS,
 )
-from broker.envelope import Tier, format_time
+from broker.envelope import Envelope, Tier, format_time
 from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN
 from broker.relay import DEFAULT_FETCH_LIMIT, MAX_ACK_IDS, MAX_FETCH_LIMIT, Registered
 
@@ -171,6 +171,11 @@ def registration_result(done: Registered) -> dict[str, Any]:
     if done.superseded_session is not None:
         data["superseded_session"] = done.superseded_session
     return data
+
+
+def sent_result(sent: Envelope[Any]) -> dict[str, Any]:
+    """The ``SENT`` result of a send, as every front returns it."""
+    return {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_time(sent.sent_at)}
 
 
 SENT: Final[dict[str, Any]] = {

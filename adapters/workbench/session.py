@@ -232,7 +232,7 @@ class SessionMessaging:
         to = check_agent_id(arguments.get("to"), "to")
         body = self.messenger.relay.contract.from_json(arguments.get("message"))
         sent = await self.messenger.send(agent, to, body, session=session)
-        return {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_time(sent.sent_at)}
+        return schemas.sent_result(sent)
 
     def _start(self, agent: str, session: str) -> None:
         current = self._loops.get(agent)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
 
 from mcp.types import CallToolResult
@@ -19,7 +18,7 @@ from mcp.types import CallToolResult
 from broker import schemas
 from broker.addresses import host_providers
 from broker.agent_message import AgentMessage
-from broker.envelope import Envelope, format_ms, format_time, to_ms
+from broker.envelope import Envelope, format_time
 from broker.errors import InternalError, InvalidArgument, RelayError, json_type
 from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
@@ -145,9 +144,7 @@ class SendAgentMessage(RelayTool):
                     "outcome": "ok",
                 },
             )
-        return tool_result(
-            {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": sent_at(sent.sent_at)}
-        )
+        return tool_result(schemas.sent_result(sent))
 
 
 class FetchAgentInbox(RelayTool):
@@ -224,7 +221,7 @@ class FetchAgentInbox(RelayTool):
             "from": envelope.sender,
             "tier": envelope.tier.label,
             "message": self.relay.contract.to_json(envelope.message),
-            "sent_at": sent_at(envelope.sent_at),
+            "sent_at": format_time(envelope.sent_at),
             "deliveries": envelope.deliveries,
         }
 
@@ -288,13 +285,6 @@ def encoded_size(data: object) -> int:
 def shown(text: str) -> str:
     """Client text cut and escaped for errors and log lines, so it cannot forge or flood them."""
     return text[:64].encode("unicode_escape").decode("ascii")
-
-
-def sent_at(moment: datetime) -> str:
-    """= ``format_time(moment)`` for the UTC, millisecond times envelopes carry (cached per second)."""
-    if moment.tzinfo is UTC and moment.year >= 1970:
-        return format_ms(to_ms(moment))
-    return format_time(moment)
 
 
 def _string(arguments: Mapping[str, Any], name: str) -> str:
