@@ -170,7 +170,8 @@ class FetchAgentInbox(RelayTool):
             f"Fetch up to `limit` (1-{MAX_FETCH_LIMIT}, default {DEFAULT_FETCH_LIMIT}) unacknowledged "
             "envelopes, oldest first. The same envelopes come back until you acknowledge them. With "
             f"wait_ms, wait up to that long (capped at {self.max_wait_ms} ms) for a message when the inbox "
-            "is empty."
+            f"is empty. One result holds at most {max_response_bytes // 1024} KiB of envelopes (at least "
+            "one): fewer than `limit` may come back while more are waiting."
         )
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
