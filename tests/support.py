@@ -17,7 +17,7 @@ from broker.contract import Contract
 from broker.envelope import Tier
 from broker.errors import ContractViolation, Violation
 from broker.relay import Relay
-from broker.testing.conformance import Limits
+from broker.testing.base import Limits
 
 B = TypeVar("B")
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,8 @@ from broker.addresses import Address
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Tier
 from broker.relay import Relay
-from broker.testing.conformance import Limits, RelayConformance
+from broker.testing.base import Limits
+from broker.testing.conformance import RelayConformance
 from tests.support import address_for, memory_relays, redis_relays
 
 

@@ -9,7 +9,8 @@ import pytest
 from broker.addresses import Address
 from broker.envelope import Tier
 from broker.relay import Relay
-from broker.testing.conformance import Limits, RelayConformance
+from broker.testing.base import Limits
+from broker.testing.conformance import RelayConformance
 from tests.support import Text, TextContract, address_for, memory_relays, redis_relays
 
 

@@ -18,6 +18,7 @@ import pytest
 from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
+from broker.testing.polling import eventually
 from tests.front_support import key_file
 from tests.processes import REGISTER, ServeProcess, call_tool, ok, sample
 
@@ -65,12 +66,13 @@ async def test_520_parked_polls_of_one_agent_do_not_fail_another_agents_poll(
             asyncio.create_task(call_tool(http, process.url, mallory, "FetchAgentInbox", {"wait_ms": 25000}))
             for _ in range(ATTACK)
         ]
-        refused = []
-        for _ in range(400):  # until every poll beyond the cap has been answered (20 s at most)
-            refused = [t for t in polls if t.done()]
-            if len(refused) >= ATTACK - PER_AGENT:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: sum(t.done() for t in polls) >= ATTACK - PER_AGENT,
+            20,
+            "every poll beyond the cap answered",
+            interval=0.05,
+        )
+        refused = [t for t in polls if t.done()]
         assert len(refused) == ATTACK - PER_AGENT
         assert time.monotonic() - started < 20  # answered at once, not after the 25 s wait
         codes = Counter(error_of(t.result())["code"] for t in refused)
