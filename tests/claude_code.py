@@ -381,15 +381,3 @@ class InteractiveClaude:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-
-def wait_until(check: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``check()`` until it returns something truthy, at most ``timeout`` seconds; return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(interval)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture, run_claude, wait_until
+from broker.testing.polling import wait_until
+from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture, run_claude
 from tests.claude_code_relay import mcp_status, read_json, relay_serving, set_up, write_json
 from tests.fake_anthropic import FakeAnthropic, Text, ToolUse
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture, wait_until
+from broker.testing.polling import wait_until
+from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture
 from tests.fake_anthropic import FakeAnthropic
 
 __all__ = ["claude_binary_fixture"]

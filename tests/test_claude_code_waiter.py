@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from broker.front.key_file import write_key_file
+from broker.testing.polling import wait_until
 from relay.claude_code.session import ClaudeProcess
 from relay.claude_code.summary import PREVIEW_CHARS, WHAT_TO_DO, escaped, summary
-from tests.claude_code import wait_until
 from tests.fake_anthropic import QuietHTTPServer
 
 ROOT = Path(__file__).resolve().parents[1]

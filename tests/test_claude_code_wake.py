@@ -33,7 +33,8 @@ from adapters.redis.keys import Keys
 from broker.front.key_file import load_key_file
 from broker.front.tokens import AuthError
 from broker.ids import encode_envelope_id
-from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture, wait_until
+from broker.testing.polling import wait_until
+from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture
 from tests.claude_code_relay import read_json, relay_serving, set_up
 from tests.fake_anthropic import FakeAnthropic, QuietHTTPServer, Text, ToolUse
 
