@@ -27,6 +27,7 @@ from broker.front.key_file import KeyFileError, load_key_file
 from broker.front.tokens import KeyRing
 from broker.relay import Relay
 from relay import logs
+from relay.http_limits import allow_open_files, protocol_for
 from relay.settings import ServeSettings, SettingsError
 
 log = logging.getLogger("relay.serve")
@@ -40,6 +41,7 @@ def run(settings: ServeSettings) -> int:
     key_file = settings.agent_mcp_key_file
     keyring = load_key_file(key_file) if key_file is not None else None
     _check_listen_address(settings)
+    allow_open_files(settings.max_connections)
     embedded: EmbeddedRedis | None = None
     url = settings.redis_url
     if url is None:
@@ -101,6 +103,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             relay,
             keyring=keyring,
             max_body_bytes=settings.max_body_bytes,
+            body_timeout=settings.body_timeout,
             allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
             before_metrics=gauges.refresh,
         )
@@ -114,6 +117,9 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             lifespan="on",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
             server_header=False,
+            http=protocol_for(settings.http_limits),
+            # annotated int in uvicorn, used as a float (loop.call_later): sub-second limits work
+            timeout_keep_alive=settings.idle_timeout,  # type: ignore[arg-type]
         )
         server = uvicorn.Server(config)
         _answer_parked_polls_on_exit(server, connection.wakeups.stop_waiting)

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from broker.front.app import DEFAULT_MAX_BODY_BYTES
+from broker.front import limits
 
 ENV_PREFIX = "RELAY_"
 DEFAULT_DATA_DIR = Path(".relay")
@@ -80,7 +80,37 @@ class ServeSettings(StoreSettings):
         0, ge=0, le=1_000_000, description="sends an agent may make at once above its rate; 0 = 2 x rate"
     )
     max_body_bytes: int = Field(
-        DEFAULT_MAX_BODY_BYTES, ge=1024, le=64 * 1024 * 1024, description="largest /mcp/agent request body"
+        limits.DEFAULT_MAX_BODY_BYTES,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="largest /mcp/agent request body",
+    )
+    idle_timeout: float = Field(
+        limits.DEFAULT_IDLE_TIMEOUT,
+        gt=0,
+        le=3600,
+        description="seconds a connection may idle between requests",
+    )
+    header_timeout: float = Field(
+        limits.DEFAULT_HEADER_TIMEOUT,
+        gt=0,
+        le=3600,
+        description="seconds a request's headers may take to arrive",
+    )
+    max_header_bytes: int = Field(
+        limits.DEFAULT_MAX_HEADER_BYTES,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="largest request line plus headers",
+    )
+    body_timeout: float = Field(
+        limits.DEFAULT_BODY_TIMEOUT, gt=0, le=3600, description="seconds a request body may take to arrive"
+    )
+    max_connections: int = Field(
+        limits.DEFAULT_MAX_CONNECTIONS,
+        ge=1,
+        le=1_000_000,
+        description="HTTP connections open at once; a further one is answered 503 and closed",
     )
     wait_replicas: int = Field(
         0,
@@ -89,6 +119,17 @@ class ServeSettings(StoreSettings):
         description="answer a send, acknowledgement or registration only once this many replicas hold it "
         "(Redis WAIT); 0 = do not wait",
     )
+
+    @property
+    def http_limits(self) -> limits.HttpLimits:
+        """The connection and request limits of the HTTP front."""
+        return limits.HttpLimits(
+            idle_timeout=self.idle_timeout,
+            header_timeout=self.header_timeout,
+            max_header_bytes=self.max_header_bytes,
+            body_timeout=self.body_timeout,
+            max_connections=self.max_connections,
+        )
 
     @property
     def burst(self) -> int:

@@ -23,6 +23,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
+from broker.front.limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    LOOPBACK_NAMES,
+    BodyGuard,
+    HostCheck,
+)
 from broker.front.paths import MCP_PATH
 from broker.front.server import build_mcp_server
 from broker.front.tokens import KeyRing
@@ -30,10 +37,6 @@ from broker.relay import Relay
 
 log = logging.getLogger("relay.front")
 
-DEFAULT_MAX_BODY_BYTES = 262144
-"""Largest ``/mcp/agent`` request body accepted unless configured otherwise."""
-LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
-LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 READY_TIMEOUT = 2.0
 METRICS_REFRESH_TIMEOUT = 3.0
 
@@ -43,6 +46,7 @@ def create_app(
     *,
     keyring: KeyRing | None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
     allowed_hosts: Sequence[str] | None = None,
     before_metrics: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
@@ -50,24 +54,23 @@ def create_app(
 
     Args:
         keyring: verifies agent tokens; without it ``/mcp/agent`` is not served.
-        max_body_bytes: larger ``/mcp/agent`` request bodies get 413.
-        allowed_hosts: ``Host`` values accepted on ``/mcp/agent`` (DNS-rebinding protection); None
-            accepts loopback names only, an empty sequence turns the check off (e.g. behind a proxy).
+        max_body_bytes: larger ``/mcp/agent`` request bodies get 413 (a JSON-RPC error).
+        body_timeout: seconds a ``/mcp/agent`` request body may take to arrive; a slower one gets 408.
+        allowed_hosts: host names accepted in ``Host`` (with the port served) and ``Origin`` on
+            ``/mcp/agent`` (DNS-rebinding protection); None accepts loopback names only, an empty
+            sequence turns the check off (e.g. behind a proxy).
         before_metrics: awaited before each ``/metrics`` render (e.g. refreshing gauges computed from
             Redis), within ``METRICS_REFRESH_TIMEOUT``; a failure is logged and the scrape still served.
     """
     manager = None
+    hosts = LOOPBACK_NAMES if allowed_hosts is None else frozenset(allowed_hosts)
     if keyring is not None:
-        hosts = list(allowed_hosts) if allowed_hosts is not None else list(LOOPBACK_HOSTS)
         manager = StreamableHTTPSessionManager(
             app=build_mcp_server(relay),
             json_response=True,
             stateless=True,
-            security_settings=TransportSecuritySettings(
-                enable_dns_rebinding_protection=bool(hosts),
-                allowed_hosts=hosts,
-                allowed_origins=list(LOOPBACK_ORIGINS),
-            ),
+            # Host and Origin are matched exactly by HostCheck (the SDK's patterns match by prefix)
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             max_request_body_size=max_body_bytes,
         )
 
@@ -109,9 +112,12 @@ def create_app(
 
     if manager is not None and keyring is not None:
         # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
-        auth = AgentAuthMiddleware(manager.handle_request, keyring)
+        # Authentication before the body is read: a stranger's body is never waited for
+        body = BodyGuard(manager.handle_request, max_bytes=max_body_bytes, timeout=body_timeout)
+        auth = AgentAuthMiddleware(body, keyring)
         app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
-        app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(auth)))
+        endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth
+        app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
     return app
 
 
