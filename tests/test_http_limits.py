@@ -56,7 +56,7 @@ def connect(serve: ServeProcess) -> socket.socket:
 
 
 def request_head(serve: ServeProcess, extra: dict[str, str], length: int) -> bytes:
-    lines = [f"POST /mcp/agent HTTP/1.1", f"Host: 127.0.0.1:{serve.port}"]
+    lines = ["POST /mcp/agent HTTP/1.1", f"Host: 127.0.0.1:{serve.port}"]
     lines += [f"{name}: {value}" for name, value in {**MCP_HEADERS, **extra}.items()]
     lines.append(f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
