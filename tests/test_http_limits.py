@@ -22,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
+from broker.testing.polling import wait_until
 from tests.front_support import key_file
 from tests.processes import MCP_HEADERS, REGISTER, ServeProcess, tool_call_body
 
@@ -236,3 +237,22 @@ async def _register_send_fetch(serve: ServeProcess, key: Path) -> None:
         fetched = await client.call_tool("FetchAgentInbox", {"limit": 1})
         assert fetched.structured_content is not None
         assert len(fetched.structured_content["envelopes"]) == 1
+
+
+def test_an_abandoned_body_and_a_malformed_chunk_log_one_line_and_no_traceback(
+    limited: ServeProcess, key: Path
+) -> None:
+    before = limited.log.read_text().count("request abandoned")
+    with connect(limited) as sock:
+        sock.sendall(request_head(limited, headers_of(key, "leaver"), len(FETCH)) + FETCH[:5])
+    chunked = request_head(limited, headers_of(key, "chunker"), 0).replace(
+        b"Content-Length: 0", b"Transfer-Encoding: chunked"
+    )
+    with connect(limited) as sock:
+        sock.sendall(chunked + b'5\r\n{"jso\r\nzz-not-a-size\r\n')
+        read_until_closed(sock)
+    wait_until(
+        lambda: limited.log.read_text().count("request abandoned") >= before + 2, 10, "two abandoned lines"
+    )
+    log = limited.log.read_text()
+    assert "Traceback" not in log and "ClientDisconnect" not in log and "Error handling POST" not in log
