@@ -32,7 +32,11 @@ from relay.settings import ServeSettings, SettingsError
 
 log = logging.getLogger("relay.serve")
 
-GRACEFUL_SHUTDOWN_SECONDS = 30
+GRACEFUL_SHUTDOWN_SECONDS = 5
+"""How long a stop waits for in-flight requests (parked polls are answered at once): well inside
+the 10 s that docker compose gives before SIGKILL."""
+FORCED_STOP_SECONDS = 1.0
+"""After a second Ctrl-C: how long requests still running may take before the application stops."""
 
 
 def run(settings: ServeSettings) -> int:
@@ -128,7 +132,18 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
         log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
         await server.serve()
+        if server.force_exit:
+            await _finish_forced_stop(server)
     log.info("relay stopped")
+
+
+async def _finish_forced_stop(server: uvicorn.Server) -> None:
+    """A second Ctrl-C makes uvicorn return without stopping the application; stop it here (requests
+    still running get ``FORCED_STOP_SECONDS``), so that nothing is cancelled mid-way with a traceback."""
+    tasks = set(server.server_state.tasks)
+    if tasks:
+        await asyncio.wait(tasks, timeout=FORCED_STOP_SECONDS)
+    await asyncio.wait_for(server.lifespan.shutdown(), FORCED_STOP_SECONDS)
 
 
 def _answer_parked_polls_on_exit(server: uvicorn.Server, stop_waiting: Callable[[], None]) -> None:
@@ -138,6 +153,15 @@ def _answer_parked_polls_on_exit(server: uvicorn.Server, stop_waiting: Callable[
     handle_exit = server.handle_exit
 
     def exiting(sig: int, frame: FrameType | None) -> None:
+        # (logged from the loop, not from inside the signal handler)
+        if server.should_exit:
+            loop.call_soon_threadsafe(log.info, "stopping now (a second signal)")
+        else:
+            loop.call_soon_threadsafe(
+                log.info,
+                "stopping: parked polls answered, in-flight requests get %s s",
+                GRACEFUL_SHUTDOWN_SECONDS,
+            )
         loop.call_soon_threadsafe(stop_waiting)
         handle_exit(sig, frame)
 
