@@ -12,6 +12,7 @@ import signal
 import socket
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -35,6 +36,8 @@ log = logging.getLogger("relay.serve")
 GRACEFUL_SHUTDOWN_SECONDS = 5
 """How long a stop waits for in-flight requests (parked polls are answered at once): well inside
 the 10 s that docker compose gives before SIGKILL."""
+STORE_CHECK_SECONDS = 2.0
+"""How often the store is asked whether it answers, to log when it stops and starts answering."""
 FORCED_STOP_SECONDS = 1.0
 """After a second Ctrl-C: how long requests still running may take before the application stops."""
 
@@ -131,10 +134,35 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, app, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
         log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
-        await server.serve()
-        if server.force_exit:
-            await _finish_forced_stop(server)
+        watch = asyncio.create_task(_watch_store(relay, url))
+        try:
+            await server.serve()
+            if server.force_exit:
+                await _finish_forced_stop(server)
+        finally:
+            watch.cancel()
     log.info("relay stopped")
+
+
+async def _watch_store(relay: Relay[Any], url: str) -> None:
+    """Log one line when the store does not answer (at start-up too) and one when it answers again;
+    requests meanwhile get ``backend_unavailable``, and nothing else needs restarting."""
+    answering: bool | None = None
+    while True:
+        try:
+            now = await asyncio.wait_for(relay.ready(), STORE_CHECK_SECONDS)
+        except Exception:  # whatever the failure, the store is not answering and the watch goes on
+            now = False
+        if not now and answering is not False:
+            log.warning(
+                "the message store at %s does not answer: requests get backend_unavailable until it "
+                "does (is it running? is --redis-url right?)",
+                redacted(url),
+            )
+        elif now and answering is False:
+            log.info("the message store at %s answers again", redacted(url))
+        answering = now
+        await asyncio.sleep(STORE_CHECK_SECONDS)
 
 
 async def _finish_forced_stop(server: uvicorn.Server) -> None:

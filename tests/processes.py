@@ -92,8 +92,9 @@ class ServeProcess:
         transport = httpx2.HTTPTransport(uds=str(self.uds)) if self.uds is not None else None
         return httpx2.Client(transport=transport, base_url=self.base, timeout=timeout)
 
-    def start(self, timeout: float = 30.0) -> ServeProcess:
-        """Start it and wait (at most ``timeout`` seconds) until /readyz answers 200."""
+    def start(self, timeout: float = 30.0, *, until: str = "/readyz") -> ServeProcess:
+        """Start it and wait (at most ``timeout`` seconds) until ``until`` (/readyz: the store answers
+        too; /healthz: the process is up) answers 200."""
         where = ["--uds", str(self.uds)] if self.uds is not None else ["--port", str(self.port)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -110,7 +111,7 @@ class ServeProcess:
                 if proc.poll() is not None:
                     raise AssertionError(f"relay serve exited: {self.log.read_text()}")
                 with contextlib.suppress(httpx2.HTTPError):
-                    return http.get("/readyz").status_code == 200
+                    return http.get(until).status_code == 200
                 return False
 
             try:
