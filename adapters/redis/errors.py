@@ -28,7 +28,14 @@ from broker.errors import BackendRefused, BackendUnavailable, RelayError
 RELAY_REFUSAL = "RELAY_"
 """Error replies of relay's own scripts start with this (``RELAY_UNREGISTERED``, ...)."""
 
-_SCRIPT_NOISE = re.compile(r"\s*(script: \w+, on @user_script:\d+\.|user_script:\d+:\s*)")
+_SCRIPT_NOISE = re.compile(
+    r"\s*(script: \w+, on @user_script:\d+\.|@?user_script:\d+:\s*-?|Error running script \(call to f_\w+\):"
+    r"|\b[0-9a-f]{40}\b)"
+)
+"""Where a script failed (SHA, function name, line): meaningless to a caller, and differently spelled by
+each Redis version (7: ``script: SHA, on @user_script:N.``; 6: ``Error running script (call to f_SHA):
+@user_script:N: -ERR ...``)."""
+_OUT_OF_MEMORY = "OOM command not allowed"
 
 
 def is_refusal(exc: BaseException) -> bool:
@@ -54,7 +61,7 @@ def store_error(exc: BaseException) -> RelayError:
         )
     if isinstance(exc, RedisConnectionError | OSError):
         return BackendUnavailable(f"the message store is unavailable ({type(exc).__name__}); retry shortly")
-    if isinstance(exc, OutOfMemoryError):
+    if isinstance(exc, OutOfMemoryError) or _OUT_OF_MEMORY in str(exc):
         return BackendUnavailable(
             "the message store is out of memory (maxmemory reached); nothing was written; retry after "
             "inboxes are drained"
