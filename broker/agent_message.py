@@ -83,6 +83,7 @@ _KIND_BY_LABEL: Final[Mapping[str, Kind.ValueType]] = {
     label: Kind.ValueType(number) for number, label in KIND_LABELS.items()
 }
 _KIND_RANGE: Final = f"{min(KIND_LABELS)}-{max(KIND_LABELS)}"
+_KIND_HINT: Final = f"use {_KIND_RANGE} or one of {list(_KIND_BY_LABEL)}"
 
 _UNSPECIFIED: Final = Kind.KIND_UNSPECIFIED  # (attribute reads on a protobuf enum wrapper are slow)
 _FIELD_NAMES: Final = frozenset({"kind", "text", "in_reply_to", "reference"})
@@ -268,11 +269,13 @@ def _parse_kind(value: object, problems: list[Violation]) -> Kind.ValueType | No
                 Violation(
                     "kind",
                     "enum.name",
-                    f"unknown kind {value[:64]!r}; use {_KIND_RANGE} or one of {list(_KIND_BY_LABEL)}",
+                    f"unknown kind {value[:64]!r}; {_KIND_HINT}",
                 )
             )
         return kind
-    problems.append(Violation("kind", "type", f"must be an integer or a kind name, not {json_type(value)}"))
+    problems.append(
+        Violation("kind", "type", f"must be an integer or a kind name, not {json_type(value)}; {_KIND_HINT}")
+    )
     return None
 
 
@@ -280,7 +283,10 @@ def _from_protovalidate(violation: protovalidate.Violation) -> Violation:
     proto = violation.proto
     path = proto.field
     field = "" if path is None else ".".join(element.field_name or "" for element in path.elements)
-    return Violation(field, proto.rule_id or "", proto.message or "")
+    message = proto.message or ""
+    if field == "kind":  # an undefined or missing kind: name the ones that exist, as for a bad name
+        message = f"{message}; {_KIND_HINT}"
+    return Violation(field, proto.rule_id or "", message)
 
 
 def _encodable(text: str) -> bool:

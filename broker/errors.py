@@ -139,15 +139,17 @@ class InboxFull(RelayError):
     code = "inbox_full"
     retryable = True
 
-    def __init__(self, agent: str, cap: int) -> None:
+    def __init__(self, agent: str, cap: int, depth: int) -> None:
         super().__init__(
-            f"inbox of {agent!r} is full ({cap} unacknowledged envelopes); retry after it acknowledges"
+            f"inbox of {agent!r} is full: it holds {depth} unacknowledged envelopes and the cap in force is "
+            f"{cap}; retry after it acknowledges"
         )
         self.agent = agent
         self.cap = cap
+        self.depth = depth
 
     def details(self) -> dict[str, object]:
-        return {"agent": self.agent, "cap": self.cap}
+        return {"agent": self.agent, "cap": self.cap, "depth": self.depth}
 
 
 class RateLimited(RelayError):

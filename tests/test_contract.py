@@ -334,6 +334,15 @@ def test_only_the_published_kind_names_are_accepted(name: str) -> None:
     assert "['note', 'request', 'reply', 'status']" in violation.message
 
 
+@pytest.mark.parametrize("kind", [9, 0, -1, 3.5, True, None, [1]])
+def test_a_bad_kind_of_any_type_lists_the_valid_kinds(kind: object) -> None:
+    with pytest.raises(ContractViolation) as info:
+        CONTRACT.validate(CONTRACT.from_json({"kind": kind, "text": "x"}))
+    (violation,) = info.value.violations
+    assert violation.field == "kind"
+    assert "use 1-4 or one of ['note', 'request', 'reply', 'status']" in violation.message, violation.message
+
+
 def test_in_reply_to_follows_the_envelope_id_rule() -> None:
     """agent.proto writes the envelope id pattern for in_reply_to; broker/ids.py makes the ids."""
     assert agent_message_module.IN_REPLY_TO_PATTERN == ENVELOPE_ID_PATTERN

@@ -63,8 +63,8 @@ class MemoryInboxStore:
             raise UnknownRecipient(to)
         inbox = self.state.inboxes.setdefault(to, MemoryInbox())
         cap = self.state.inbox_cap
-        if cap and inbox.unacknowledged() >= cap:
-            raise InboxFull(to, cap)
+        if cap and (depth := inbox.unacknowledged()) >= cap:
+            raise InboxFull(to, cap, depth)
         self._take_token(sender)
         ms, seq = inbox.last
         position = (sent_at_ms, 0) if sent_at_ms > ms else (ms, seq + 1)

@@ -163,7 +163,8 @@ def _refusal(exc: ResponseError, agent: str, session: str | None, to: str) -> Re
     if text.startswith("RELAY_UNKNOWN_RECIPIENT"):
         return UnknownRecipient(to)
     if text.startswith("RELAY_INBOX_FULL"):
-        return InboxFull(to, int(text.split()[1]))
+        _, cap, depth = text.split()[:3]
+        return InboxFull(to, int(cap), int(depth))
     if text.startswith("RELAY_RATE_LIMITED"):
         return RateLimited(agent, int(text.split()[1]) / 1000)
     return BackendRefused(f"the message store refused the operation ({text[:200]})")

@@ -34,8 +34,9 @@ class LimitsConformance(ConformanceBase[Body]):
             sent = [await relay.send("alice", "bob", self.body(i)) for i in range(3)]
             with pytest.raises(InboxFull) as full:
                 await relay.send("alice", "bob", self.body(3))
-            assert full.value.agent == "bob" and full.value.cap == 3
-            assert "bob" in str(full.value) and "3" in str(full.value)
+            assert full.value.agent == "bob" and full.value.cap == 3 and full.value.depth == 3
+            assert full.value.details() == {"agent": "bob", "cap": 3, "depth": 3}
+            assert "bob" in str(full.value) and "cap in force is 3" in str(full.value)
             got = await relay.fetch("bob", 16)
             assert [e.id for e in got] == [e.id for e in sent]
             await relay.ack("bob", [sent[0].id])
