@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from broker.testing.polling import wait_until
 from tests.front_support import key_file
-from tests.processes import MCP_HEADERS, REGISTER, ServeProcess, tool_call_body
+from tests.processes import MCP_HEADERS, REGISTER, ROOT, ServeProcess, tool_call_body
 
 SHORT = "0.5"
 FETCH = json.dumps(tool_call_body("FetchAgentInbox", {"limit": 1})).encode()
@@ -256,3 +258,23 @@ def test_an_abandoned_body_and_a_malformed_chunk_log_one_line_and_no_traceback(
     )
     log = limited.log.read_text()
     assert "Traceback" not in log and "ClientDisconnect" not in log and "Error handling POST" not in log
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "raised", "warned"), [(256, 4096, 2024, False), (256, 512, 512, True)]
+)
+def test_the_open_files_limit_is_raised_to_fit_max_connections(
+    soft: int, hard: int, raised: int, warned: bool
+) -> None:
+    code = (
+        "import logging, resource\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))\n"
+        "from relay.http_limits import allow_open_files\n"
+        "allow_open_files(1000)\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == raised
+    assert ("--max-connections" in done.stderr) is warned, done.stderr
