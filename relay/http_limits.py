@@ -2,12 +2,16 @@
 bounds it lacks.
 
 uvicorn closes a keep-alive connection idle for ``timeout_keep_alive`` seconds and nothing else: a
-fresh connection that never sends, headers that dribble in (httptools accumulates a header of any
-size) and an unbounded number of connections are all kept. This protocol closes a fresh connection
-after the same idle time, answers 408 to headers not complete within ``header_timeout``, 431 to more
-than ``max_header_bytes`` of request line and headers (checked as they arrive, so at most one read
-beyond the limit is ever held), and 503 to a connection beyond ``max_connections``, each closing the
-connection. The body limits are the front's (``broker.front.limits.BodyGuard``).
+fresh connection that never sends, headers or a body that dribble in (httptools accumulates a header
+of any size) and an unbounded number of connections are all kept. This protocol closes a fresh
+connection after the same idle time, answers 408 to headers not complete within ``header_timeout``
+and to a body not complete within ``body_timeout`` of its headers, 431 to more than
+``max_header_bytes`` of request line and headers (counted as they arrive, so at most one read beyond
+the limit is ever held), and 503 to a connection beyond ``max_connections``, each closing the
+connection. The body size limit is the front's (``broker.front.limits.BodyGuard``).
+
+A request only records its deadline (one clock read); one sweep per server, a few times within the
+shortest limit, closes what is overdue, so no timer is set per request.
 """
 
 from __future__ import annotations
@@ -15,35 +19,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from typing import Any
+import time
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from broker.front.limits import HttpLimits, error_response
+from broker.front.limits import BODY_TIMED_OUT, HttpLimits, error_response
 
 log = logging.getLogger("relay.serve")
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 FILES_BESIDES_CONNECTIONS = 1024
 """Descriptors ``relay serve`` needs besides its HTTP connections: the Redis pools, the log, ..."""
+_HEADERS, _BODY = 1, 2
 
 
 def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
     """The uvicorn ``http`` protocol class enforcing ``limits``."""
+    every = max(0.05, min(1.0, limits.header_timeout / 4, limits.body_timeout / 4))
+    sweeping: list[asyncio.TimerHandle] = []
 
     class LimitedHttpToolsProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._in_headers = False
+            self._phase = 0  # _HEADERS or _BODY while a request is on the clock
+            self._deadline = 0.0
             self._header_bytes = 0
-            self._header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
-                log.warning(
-                    "connection refused: %d connections open (--max-connections)", limits.max_connections
-                )
+                log.warning("connection refused: %d open (--max-connections)", limits.max_connections)
                 self._reject(
                     503,
                     f"too many connections: at most {limits.max_connections} at once "
@@ -56,18 +62,16 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
             self.timeout_keep_alive_task = self.loop.call_later(
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
             )
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_header_timer()
-            super().connection_lost(exc)
+            if not sweeping:
+                sweeping.append(self.loop.call_later(every, _sweep, self.loop, self.connections))
 
         def data_received(self, data: bytes) -> None:
-            counting = self._in_headers
+            counting = self._phase == _HEADERS
             super().data_received(data)
-            if self.transport.is_closing() or not (counting or self._in_headers):
+            if self.transport.is_closing() or not (counting or self._phase == _HEADERS):
                 return
             self._header_bytes += len(data)
-            if self._in_headers and self._header_bytes > limits.max_header_bytes:
+            if self._phase == _HEADERS and self._header_bytes > limits.max_header_bytes:
                 log.info(
                     "request refused: headers over %d bytes (--max-header-bytes)", limits.max_header_bytes
                 )
@@ -81,19 +85,24 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._in_headers = True
+            self._phase = _HEADERS
+            self._deadline = time.monotonic() + limits.header_timeout
             self._header_bytes = 0
-            self._stop_header_timer()
-            self._header_timer = self.loop.call_later(limits.header_timeout, self._headers_too_slow)
 
         def on_headers_complete(self) -> None:
-            self._in_headers = False
-            self._stop_header_timer()
+            self._phase = _BODY
+            self._deadline = time.monotonic() + limits.body_timeout
             super().on_headers_complete()
 
-        def _headers_too_slow(self) -> None:
-            self._header_timer = None
-            if self._in_headers and not self.transport.is_closing():
+        def on_message_complete(self) -> None:
+            self._phase = 0
+            super().on_message_complete()
+
+        def overdue(self, now: float) -> None:
+            """Answer and close a request past its deadline."""
+            if not self._phase or now < self._deadline or self.transport.is_closing():
+                return
+            if self._phase == _HEADERS:
                 log.info(
                     "request refused: headers not complete within %s s (--header-timeout)",
                     limits.header_timeout,
@@ -105,15 +114,23 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
                     "--header-timeout",
                     limits.header_timeout,
                 )
-
-        def _stop_header_timer(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
+                return
+            log.info("request refused: body not complete within %s s (--body-timeout)", limits.body_timeout)
+            cycle = self.cycle
+            if cycle is not None and cycle.response_started:  # answered already: only the body is late
+                self.transport.close()
+                return
+            cast(dict[str, Any], self.scope)[BODY_TIMED_OUT] = True  # the front then logs nothing more
+            self._reject(
+                408,
+                f"the request body did not arrive within {limits.body_timeout:g} s "
+                "(relay serve --body-timeout)",
+                "--body-timeout",
+                limits.body_timeout,
+            )
 
         def _reject(self, status: int, message: str, option: str, limit: float) -> None:
-            self._in_headers = False
-            self._stop_header_timer()
+            self._phase = 0
             body = error_response(message, {"limit": limit, "option": option})
             head = (
                 b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
@@ -121,6 +138,15 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
             )
             self.transport.write(head + body)
             self.transport.close()
+
+    def _sweep(loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+        sweeping.clear()
+        now = time.monotonic()
+        for connection in list(connections):
+            if isinstance(connection, LimitedHttpToolsProtocol):
+                connection.overdue(now)
+        if connections:
+            sweeping.append(loop.call_later(every, _sweep, loop, connections))
 
     return LimitedHttpToolsProtocol
 

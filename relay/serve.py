@@ -110,7 +110,6 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             relay,
             keyring=keyring,
             max_body_bytes=settings.max_body_bytes,
-            body_timeout=settings.body_timeout,
             allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
             before_metrics=gauges.refresh,
         )

@@ -196,7 +196,8 @@ def test_an_agent_is_served_while_hundreds_of_slow_connections_are_held(
     redis_url: str, key: Path, tmp_path: Path
 ) -> None:
     serve = ServeProcess(
-        ["--redis-url", redis_url, "--agent-mcp-key-file", str(key), "--max-connections", "320"],
+        ["--redis-url", redis_url, "--agent-mcp-key-file", str(key), "--max-connections", "320"]
+        + ["--idle-timeout", "120", "--header-timeout", "120", "--body-timeout", "120"],
         tmp_path / "serve.log",
     ).start()
     held: list[socket.socket] = []

@@ -24,7 +24,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
 from broker.front.limits import (
-    DEFAULT_BODY_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     LOOPBACK_NAMES,
     BodyGuard,
@@ -46,7 +45,6 @@ def create_app(
     *,
     keyring: KeyRing | None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    body_timeout: float = DEFAULT_BODY_TIMEOUT,
     allowed_hosts: Sequence[str] | None = None,
     before_metrics: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
@@ -55,7 +53,6 @@ def create_app(
     Args:
         keyring: verifies agent tokens; without it ``/mcp/agent`` is not served.
         max_body_bytes: larger ``/mcp/agent`` request bodies get 413 (a JSON-RPC error).
-        body_timeout: seconds a ``/mcp/agent`` request body may take to arrive; a slower one gets 408.
         allowed_hosts: host names accepted in ``Host`` (with the port served) and ``Origin`` on
             ``/mcp/agent`` (DNS-rebinding protection); None accepts loopback names only, an empty
             sequence turns the check off (e.g. behind a proxy).
@@ -113,7 +110,7 @@ def create_app(
     if manager is not None and keyring is not None:
         # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
         # Authentication before the body is read: a stranger's body is never waited for
-        body = BodyGuard(manager.handle_request, max_bytes=max_body_bytes, timeout=body_timeout)
+        body = BodyGuard(manager.handle_request, max_bytes=max_body_bytes)
         auth = AgentAuthMiddleware(body, keyring)
         app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
         endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth

@@ -1,9 +1,10 @@
 """The HTTP front's request guards, each a pure ASGI middleware in front of ``/mcp/agent``.
 
 ``HostCheck`` matches ``Host`` and ``Origin`` exactly (name and port), ``BodyGuard`` reads a request
-body within a size and a time limit before anything parses it. The limits that need the connection
-itself (idle keep-alive, header size and time, concurrent connections) are the HTTP server's; their
-defaults are declared here with the others so that every limit has one definition.
+body within a size limit before anything parses it. The limits that need the connection itself (idle
+keep-alive, header size and time, body time, concurrent connections) are the HTTP server's
+(``relay.http_limits``); their defaults are declared here with the others so that every limit has one
+definition.
 
 Every refusal is a JSON-RPC error (``id`` null: the request was not read) whose message names the
 limit and the ``relay serve`` option that sets it.
@@ -11,7 +12,6 @@ limit and the ``relay serve`` option that sets it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -34,6 +34,8 @@ DEFAULT_MAX_CONNECTIONS: Final = 1000
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+BODY_TIMED_OUT: Final = "relay.body_timed_out"
+"""Scope key an HTTP server sets (true) when it answered and closed a request whose body was too slow."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,19 @@ class HostCheck:
     def __init__(self, app: ASGIApp, names: Collection[str] = LOOPBACK_NAMES) -> None:
         self.app = app
         self.names = frozenset(name.lower() for name in names)
+        self._hosts: dict[int | None, frozenset[str]] = {}
+        """The exact ``Host`` values accepted, by listening port (a set lookup per request)."""
+
+    def _allowed_hosts(self, port: int | None) -> frozenset[str]:
+        hosts = self._hosts.get(port)
+        if hosts is None:
+            if port is None:
+                hosts = frozenset()  # no port known: every value goes through the full parse
+            else:
+                hosts = frozenset(f"{name}:{port}" for name in self.names)
+                hosts |= self.names if port == 80 else frozenset()
+            self._hosts[port] = hosts
+        return hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,7 +117,9 @@ class HostCheck:
                 origin = bytes(value).decode("latin-1")
         server = scope.get("server")
         port = server[1] if server and isinstance(server[1], int) else None
-        if host is None or not authority_allowed(host, self.names, port):
+        if host is None or (
+            host not in self._allowed_hosts(port) and not authority_allowed(host, self.names, port)
+        ):
             log.info("request refused: Host %r is not this server's loopback name and port", host)
             await refuse(send, 421, f"Host {host!r} is not allowed: use a loopback name and this port")
             return
@@ -116,17 +133,17 @@ class HostCheck:
 
 
 class BodyGuard:
-    """Read the whole request body, at most ``max_bytes`` within ``timeout`` seconds, then hand it on.
+    """Read the whole request body, at most ``max_bytes``, then hand it on.
 
-    A body over the limit is answered 413, one that is too slow 408 (and the connection closed), and a
-    client that leaves before its body is complete is logged in one line: nothing downstream ever waits
-    on a slow client or sees a half-read body.
+    A body over the limit is answered 413 (and the connection closed), and a client that leaves before
+    its body is complete is logged in one line: nothing downstream ever sees a half-read body. The
+    time a body may take is the HTTP server's limit (it closes the connection, which ends the wait
+    here); a server that set ``BODY_TIMED_OUT`` in the scope has logged that itself.
     """
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout: float) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
-        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in _BODY_METHODS:
@@ -138,32 +155,20 @@ class BodyGuard:
             return
         chunks: list[bytes] = []
         size = 0
-        try:
-            async with asyncio.timeout(self.timeout):
-                while True:
-                    message = await receive()
-                    if message["type"] != "http.request":
-                        log.info("request abandoned: the client left before sending its whole body")
-                        return
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        await self._too_large(send)
-                        return
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        break
-        except TimeoutError:
-            log.info("request refused: its body did not arrive within %s s", self.timeout)
-            await refuse(
-                send,
-                408,
-                f"the request body did not arrive within {self.timeout:g} s (relay serve --body-timeout)",
-                close=True,
-                limit=self.timeout,
-                option="--body-timeout",
-            )
-            return
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                if not scope.get(BODY_TIMED_OUT):
+                    log.info("request abandoned: the client left before sending its whole body")
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
     async def _too_large(self, send: Send) -> None:
