@@ -1,5 +1,6 @@
-"""Stopping ``relay serve``: SIGTERM or Ctrl-C answers parked long-polls at once (empty) and the
-process is gone within 2 s; a second Ctrl-C stops at once without a traceback."""
+"""Stopping ``relay serve``: SIGTERM or Ctrl-C answers parked long-polls at once (empty, not after
+their 20 s) and the process exits cleanly well before compose's SIGKILL; a second Ctrl-C stops at once
+without a traceback. (How long a stop takes is measured, not asserted: docs/reliability.md.)"""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from broker.testing.polling import wait_until
 from tests.front_support import key_file
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, ok_sync, sample
 
-STOP_WITHIN = 2.0
+STOP_WITHIN = 10.0
+"""docker compose's stop timeout: a stop that takes longer ends in SIGKILL."""
 
 
 @pytest.fixture
