@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from broker.front.limits import BODY_TIMED_OUT, HttpLimits, error_response
+from broker.front.limits import ANSWERED_BY_SERVER, HttpLimits, error_response
 
 log = logging.getLogger("relay.serve")
 
@@ -68,7 +68,11 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
         def data_received(self, data: bytes) -> None:
             counting = self._phase == _HEADERS
             super().data_received(data)
-            if self.transport.is_closing() or not (counting or self._phase == _HEADERS):
+            if self.transport.is_closing():
+                if self._phase == _BODY:  # a malformed body (uvicorn answered 400 and logged it)
+                    self._answered()
+                return
+            if not (counting or self._phase == _HEADERS):
                 return
             self._header_bytes += len(data)
             if self._phase == _HEADERS and self._header_bytes > limits.max_header_bytes:
@@ -120,7 +124,7 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
             if cycle is not None and cycle.response_started:  # answered already: only the body is late
                 self.transport.close()
                 return
-            cast(dict[str, Any], self.scope)[BODY_TIMED_OUT] = True  # the front then logs nothing more
+            self._answered()
             self._reject(
                 408,
                 f"the request body did not arrive within {limits.body_timeout:g} s "
@@ -128,6 +132,10 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
                 "--body-timeout",
                 limits.body_timeout,
             )
+
+        def _answered(self) -> None:
+            """Tell the front this request was answered and logged here (it logs nothing more)."""
+            cast(dict[str, Any], self.scope)[ANSWERED_BY_SERVER] = True
 
         def _reject(self, status: int, message: str, option: str, limit: float) -> None:
             self._phase = 0

@@ -34,8 +34,9 @@ DEFAULT_MAX_CONNECTIONS: Final = 1000
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
-BODY_TIMED_OUT: Final = "relay.body_timed_out"
-"""Scope key an HTTP server sets (true) when it answered and closed a request whose body was too slow."""
+ANSWERED_BY_SERVER: Final = "relay.answered_by_server"
+"""Scope key an HTTP server sets (true) when it answered and closed a request itself (a body too slow
+or malformed) and logged why: the front then has nothing to add."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class BodyGuard:
     A body over the limit is answered 413 (and the connection closed), and a client that leaves before
     its body is complete is logged in one line: nothing downstream ever sees a half-read body. The
     time a body may take is the HTTP server's limit (it closes the connection, which ends the wait
-    here); a server that set ``BODY_TIMED_OUT`` in the scope has logged that itself.
+    here); a server that set ``ANSWERED_BY_SERVER`` in the scope has logged why itself.
     """
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
@@ -158,7 +159,7 @@ class BodyGuard:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                if not scope.get(BODY_TIMED_OUT):
+                if not scope.get(ANSWERED_BY_SERVER):
                     log.info("request abandoned: the client left before sending its whole body")
                 return
             chunk = message.get("body", b"")
