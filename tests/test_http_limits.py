@@ -195,6 +195,8 @@ def test_loopback_host_and_origin_are_accepted(
 def test_an_agent_is_served_while_hundreds_of_slow_connections_are_held(
     redis_url: str, key: Path, tmp_path: Path
 ) -> None:
+    # long time limits, so that the slow connections stay held for the whole test (the 0.5 s server
+    # above shows they are closed); the connection bound is low enough to reach
     long_limits = ["--idle-timeout", "120", "--header-timeout", "120", "--body-timeout", "120"]
     serve = ServeProcess(
         [
