@@ -123,8 +123,25 @@ class SessionSuperseded(RelayError):
 
     def __init__(self, agent: str, session: str) -> None:
         super().__init__(
-            f"session {session!r} of agent {agent!r} was superseded by a newer registration; "
-            "register again to take over the inbox"
+            f"session {session!r} of agent {agent!r} was superseded by a newer session's registration, "
+            f"which now receives {agent!r}'s mail; this session can no longer send, fetch or acknowledge"
+        )
+        self.agent = agent
+        self.session = session
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent, "session": self.session}
+
+
+class SessionNotRegistered(RelayError):
+    """The caller's session never registered; another session of the same agent holds the registration."""
+
+    code = "session_not_registered"
+
+    def __init__(self, agent: str, session: str) -> None:
+        super().__init__(
+            f"session {session!r} of agent {agent!r} has not registered yet; call RegisterAgentAddress "
+            "from this session first (it then receives the agent's mail)"
         )
         self.agent = agent
         self.session = session

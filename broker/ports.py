@@ -16,6 +16,10 @@ from typing import Protocol
 from broker.addresses import Address
 from broker.envelope import Tier
 
+SUPERSEDED_SESSIONS_KEPT = 32
+"""Replaced sessions a registry remembers per agent, to tell ``SessionSuperseded`` (a replaced session)
+from ``SessionNotRegistered`` (a session that never registered); an older one counts as never registered."""
+
 
 @dataclass(frozen=True, slots=True)
 class Registration:
@@ -77,8 +81,10 @@ class IRegistry(Protocol):
     Semantics every implementation keeps:
     - ``register`` is an upsert keyed by agent id; ``registered_at`` is kept, ``updated_at`` moves.
     - A registration from a new session supersedes the previous session: operations that name the old
-      session are refused with ``SessionSuperseded``. The agent's inbox and its queued envelopes are
-      kept across re-registration.
+      session are refused with ``SessionSuperseded`` (the last ``SUPERSEDED_SESSIONS_KEPT`` replaced
+      sessions are remembered), and a parked fetch of the old session wakes and is refused at once.
+      Operations naming a session that never registered are refused with ``SessionNotRegistered``.
+      The agent's inbox and its queued envelopes are kept across re-registration.
     - Registrations (and queued envelopes) survive a restart of the relay process when the backend is
       durable (Redis); the memory backend lives as long as its process.
     """
@@ -144,7 +150,8 @@ class IInboxStore(Protocol):
         The tier is the widest of the sender's and the recipient's registered tiers.
         Raises:
             UnregisteredAgent: the sender is not registered.  SessionSuperseded: ``sender_session`` is
-            given and is not the sender's current session.  UnknownRecipient: ``to`` is not registered.
+            given and was replaced by the current session.  SessionNotRegistered: ``sender_session``
+            never registered.  UnknownRecipient: ``to`` is not registered.
             InboxFull: the inbox holds its cap of unacknowledged envelopes.  BackendUnavailable.
             In every case nothing was stored.
         """
@@ -166,8 +173,8 @@ class IInboxStore(Protocol):
         and ``max_waits`` in all; one more raises ``TooManyWaits`` at once (it never waits, and never
         makes another agent's fetch fail).
         Raises:
-            UnregisteredAgent, SessionSuperseded (when ``session`` is given), TooManyWaits,
-            BackendUnavailable.
+            UnregisteredAgent, SessionSuperseded or SessionNotRegistered (when ``session`` is given),
+            TooManyWaits, BackendUnavailable.
         """
         ...
 
@@ -179,7 +186,8 @@ class IInboxStore(Protocol):
         """Acknowledge envelopes of ``agent``'s inbox by id (ids are checked envelope ids).
 
         Raises:
-            UnregisteredAgent, SessionSuperseded (when ``session`` is given), BackendUnavailable.
+            UnregisteredAgent, SessionSuperseded or SessionNotRegistered (when ``session`` is given),
+            BackendUnavailable.
         """
         ...
 

@@ -175,14 +175,17 @@ async def test_unknown_recipient_and_unregistered_caller(front: Front) -> None:
         assert await front.relay.registration("nobody") is None
 
 
-async def test_superseded_session_is_told_to_register_again(front: Front) -> None:
+async def test_superseded_and_unregistered_sessions_get_their_own_errors(front: Front) -> None:
     async with front.client("bob", "old") as old, front.client("bob", "new") as new:
         data(await old.call_tool("RegisterAgentAddress", REGISTER))
         data(await old.call_tool("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "kept"}}))
+        err = error(await new.call_tool("FetchAgentInbox", {}))
+        assert err["code"] == "session_not_registered" and err["session"] == "new"
+        assert "RegisterAgentAddress" in err["message"] and "superseded" not in err["message"]
         reg = data(await new.call_tool("RegisterAgentAddress", REGISTER))
         assert reg["superseded_session"] == "old"
         err = error(await old.call_tool("FetchAgentInbox", {}))
-        assert err["code"] == "session_superseded" and "register again" in err["message"]
+        assert err["code"] == "session_superseded" and "register again" not in err["message"]
         (kept,) = data(await new.call_tool("FetchAgentInbox", {}))["envelopes"]
         assert kept["message"]["text"] == "kept"
 

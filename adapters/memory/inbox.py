@@ -12,6 +12,7 @@ from broker.envelope import Tier, widest
 from broker.errors import (
     InboxFull,
     RateLimited,
+    SessionNotRegistered,
     SessionSuperseded,
     UnknownRecipient,
     UnregisteredAgent,
@@ -45,7 +46,9 @@ class MemoryInboxStore:
         if registration is None:
             raise UnregisteredAgent(agent)
         if session is not None and registration.session != session:
-            raise SessionSuperseded(agent, session)
+            if session in self.state.superseded.get(agent, ()):
+                raise SessionSuperseded(agent, session)
+            raise SessionNotRegistered(agent, session)
         return registration
 
     async def append(
@@ -99,7 +102,7 @@ class MemoryInboxStore:
                 async with condition:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(
-                            condition.wait_for(lambda: bool(inbox.entries) or self._closed), wait
+                            condition.wait_for(lambda: self._look_again(inbox, agent, session)), wait
                         )
             finally:
                 self.state.unpark(agent)
@@ -120,6 +123,13 @@ class MemoryInboxStore:
                 )
             )
         return out
+
+    def _look_again(self, inbox: MemoryInbox, agent: str, session: str | None) -> bool:
+        """Whether a parked fetch wakes: mail arrived, the store closes, or its session was replaced."""
+        if inbox.entries or self._closed:
+            return True
+        registration = self.state.registrations.get(agent)
+        return session is not None and (registration is None or registration.session != session)
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         self._caller(agent, session)

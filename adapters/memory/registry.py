@@ -7,7 +7,7 @@ from dataclasses import replace
 from adapters.memory.state import MemoryInbox, MemoryState
 from broker.addresses import Address
 from broker.envelope import from_ms, now_ms
-from broker.ports import RegisterOutcome, Registration
+from broker.ports import SUPERSEDED_SESSIONS_KEPT, RegisterOutcome, Registration
 
 
 class MemoryRegistry:
@@ -48,6 +48,10 @@ class MemoryRegistry:
         self.state.registrations[agent] = registration
         self.state.inboxes.setdefault(agent, MemoryInbox())
         superseded = previous.session if previous is not None and previous.session != session else None
+        if superseded is not None:
+            earlier = [s for s in self.state.superseded.get(agent, ()) if s not in (session, superseded)]
+            self.state.superseded[agent] = [superseded, *earlier][:SUPERSEDED_SESSIONS_KEPT]
+            await self.state.inboxes[agent].wake()  # its parked fetches look again and are refused
         return RegisterOutcome(registration, previous is None, superseded)
 
     async def get(self, agent: str) -> Registration | None:

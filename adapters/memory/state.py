@@ -50,6 +50,8 @@ class MemoryInbox:
 class MemoryState:
     registrations: dict[str, Registration] = field(default_factory=dict)
     inboxes: dict[str, MemoryInbox] = field(default_factory=dict)
+    superseded: dict[str, list[str]] = field(default_factory=dict)
+    """Per agent, the sessions its registration replaced, newest first (``SUPERSEDED_SESSIONS_KEPT``)."""
     inbox_cap: int = 0
     """Unacknowledged envelopes an inbox may hold; 0 means no cap (as ``RedisSettings.inbox_cap``)."""
     send_rate: float = 0.0

@@ -28,6 +28,7 @@ from broker.errors import (
     InboxFull,
     RateLimited,
     RelayError,
+    SessionNotRegistered,
     SessionSuperseded,
     UnknownRecipient,
     UnregisteredAgent,
@@ -160,6 +161,8 @@ def _refusal(exc: ResponseError, agent: str, session: str | None, to: str) -> Re
         return UnregisteredAgent(agent)
     if text.startswith("RELAY_SUPERSEDED"):
         return SessionSuperseded(agent, session or "")
+    if text.startswith("RELAY_SESSION_UNREGISTERED"):
+        return SessionNotRegistered(agent, session or "")
     if text.startswith("RELAY_UNKNOWN_RECIPIENT"):
         return UnknownRecipient(to)
     if text.startswith("RELAY_INBOX_FULL"):

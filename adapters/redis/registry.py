@@ -14,7 +14,7 @@ from adapters.redis.errors import store_error
 from adapters.redis.keys import GROUP
 from broker.addresses import Address
 from broker.envelope import format_time, from_ms, now_ms, parse_time
-from broker.ports import RegisterOutcome, Registration
+from broker.ports import SUPERSEDED_SESSIONS_KEPT, RegisterOutcome, Registration
 
 
 class RedisRegistry:
@@ -35,7 +35,7 @@ class RedisRegistry:
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
         now = format_time(from_ms(now_ms()))
         keys = self.keys
-        tail = (GROUP, keys.wake_channel())
+        tail = (GROUP, keys.wake_channel(), SUPERSEDED_SESSIONS_KEPT)
         try:
             previous, registered_at, created = await self.connection.script(
                 self.connection.scripts.register,

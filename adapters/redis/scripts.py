@@ -2,7 +2,8 @@
 
 Every script touches the keys of one hash slot (all named with one ``{agent}`` tag), so each runs on
 one cluster node. Scripts that read or write inbox entries start with ``lua/_entry.lua``, the one
-Lua definition of the stream entry layout (``adapters/redis/entries.py`` is its Python twin).
+Lua definition of the stream entry layout (``adapters/redis/entries.py`` is its Python twin); those
+that act for a caller's session start with ``lua/_session.lua``, the one session check.
 
 ``ScriptLoader`` loads a script into a node's cache when the node says ``NOSCRIPT`` (first use, or
 after a restart or ``SCRIPT FLUSH``): one ``SCRIPT LOAD`` per script and node at a time; calls that
@@ -17,16 +18,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.resources import files
 
-_WITH_ENTRY = {"send_append", "ack", "retry"}
+_PRELUDES = {
+    "send_append": ("_entry",),
+    "ack": ("_entry", "_session"),
+    "retry": ("_entry",),
+    "fetch": ("_session",),
+    "send_check": ("_session",),
+}
 
 
 def read_script(name: str) -> str:
-    """The source of ``lua/<name>.lua``, with the entry-layout prelude where the script uses it."""
+    """The source of ``lua/<name>.lua``, after the preludes it uses (entry layout, session check)."""
     root = files("adapters.redis") / "lua"
-    body = (root / f"{name}.lua").read_text(encoding="utf-8")
-    if name in _WITH_ENTRY:
-        return (root / "_entry.lua").read_text(encoding="utf-8") + body
-    return body
+    parts = [*_PRELUDES.get(name, ()), name]
+    return "".join((root / f"{part}.lua").read_text(encoding="utf-8") for part in parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,11 +35,12 @@ from broker.errors import (
 from broker.testing.base import WAIT_BOUND as _WAIT_BOUND
 from broker.testing.base import ConformanceBase
 from broker.testing.limits_conformance import LimitsConformance
+from broker.testing.session_conformance import SessionConformance
 
 Body = TypeVar("Body")
 
 
-class RelayConformance(LimitsConformance[Body], ConformanceBase[Body]):
+class RelayConformance(LimitsConformance[Body], SessionConformance[Body], ConformanceBase[Body]):
     """The conformance tests; see the module docstring for the hooks (``ConformanceBase``)."""
 
     # -- ordering, limit, fetch-until-ack ---------------------------------------------------------

@@ -5,13 +5,11 @@
 -- An entry is acknowledged only if it exists, its nonce matches and it was delivered (XACK says 1);
 -- it is then deleted (XDEL), so acknowledged envelopes never accumulate.
 -- Returns per pair {from, tier} of the envelope when acknowledged, or 0 when unknown.
--- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED.
-local registered = redis.call('HGET', KEYS[1], 'session')
-if not registered then
-  return redis.error_reply('RELAY_UNREGISTERED')
-end
-if ARGV[1] ~= '' and registered ~= ARGV[1] then
-  return redis.error_reply('RELAY_SUPERSEDED')
+-- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
+local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
+local refused = session_refusal(registered[1], registered[2], ARGV[1])
+if refused then
+  return refused
 end
 local out = {}
 for i = 3, #ARGV, 2 do

@@ -2,13 +2,11 @@
 -- KEYS[1] registration hash   KEYS[2] inbox stream
 -- ARGV[1] session ("" = do not check)   ARGV[2] consumer group   ARGV[3] consumer name   ARGV[4] count
 -- Returns a flat list: for each entry {id, {field, value, ...}, deliveries, first (1|0)}.
--- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED.
-local registered = redis.call('HGET', KEYS[1], 'session')
-if not registered then
-  return redis.error_reply('RELAY_UNREGISTERED')
-end
-if ARGV[1] ~= '' and registered ~= ARGV[1] then
-  return redis.error_reply('RELAY_SUPERSEDED')
+-- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
+local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
+local refused = session_refusal(registered[1], registered[2], ARGV[1])
+if refused then
+  return refused
 end
 local group, consumer, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local function read(from, n)

@@ -2,9 +2,10 @@
 -- KEYS[1] registration hash   KEYS[2] inbox stream   (one agent: one hash slot)
 -- ARGV[1] agent id   ARGV[2] provider   ARGV[3] endpoint   ARGV[4] tier label   ARGV[5] session
 -- ARGV[6] now (ISO-8601 UTC)   ARGV[7] consumer group name   ARGV[8] wake-up channel
+-- ARGV[9] how many superseded sessions to remember (field 'superseded', read by _session.lua)
 -- A new session wakes the agent's parked long-polls (they look again and find themselves superseded).
 -- Returns {previous session or "", registered_at, created (1|0)}.
-local previous = redis.call('HMGET', KEYS[1], 'session', 'registered_at')
+local previous = redis.call('HMGET', KEYS[1], 'session', 'registered_at', 'superseded')
 local created = 0
 local registered_at = previous[2]
 if not registered_at then
@@ -19,6 +20,16 @@ if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, tr
   return redis.error_reply(ok.err)
 end
 if previous[1] and previous[1] ~= ARGV[5] then
+  local kept, most = {previous[1]}, tonumber(ARGV[9])
+  for s in string.gmatch(previous[3] or '', '%S+') do
+    if #kept >= most then
+      break
+    end
+    if s ~= ARGV[5] and s ~= previous[1] then
+      kept[#kept + 1] = s
+    end
+  end
+  redis.call('HSET', KEYS[1], 'superseded', table.concat(kept, ' '))
   redis.call('PUBLISH', ARGV[8], ARGV[1])
 end
 return {previous[1] or '', registered_at, created}

@@ -5,13 +5,11 @@
 -- Checks the registration and session, then takes one rate token. Step 2 (send_append.lua, on the
 -- recipient's slot) stores the envelope; when it refuses, send_refund.lua gives the token back.
 -- Returns the sender's tier label. Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED,
--- RELAY_RATE_LIMITED <retry ms>.
-local sender = redis.call('HMGET', KEYS[1], 'tier', 'session')
-if not sender[1] then
-  return redis.error_reply('RELAY_UNREGISTERED')
-end
-if ARGV[1] ~= '' and sender[2] ~= ARGV[1] then
-  return redis.error_reply('RELAY_SUPERSEDED')
+-- RELAY_SESSION_UNREGISTERED (_session.lua), RELAY_RATE_LIMITED <retry ms>.
+local sender = redis.call('HMGET', KEYS[1], 'tier', 'session', 'superseded')
+local refused = session_refusal(sender[2], sender[3], ARGV[1])
+if refused then
+  return refused
 end
 local rate = tonumber(ARGV[2])
 if rate > 0 then

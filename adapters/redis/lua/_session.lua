@@ -1,0 +1,19 @@
+-- _session.lua: the one session check, prepended to the scripts that act for a caller's session
+-- (fetch, ack, send_check; adapters/redis/scripts.py). A registration hash holds 'session' (the
+-- live one) and 'superseded' (sessions it replaced, newest first, space-separated, as many as
+-- register.lua keeps). Session ids never contain spaces (broker/ids.py).
+-- nil when `caller` may act ("" = do not check), else the error reply to return:
+-- RELAY_UNREGISTERED (no registration), RELAY_SUPERSEDED (`caller` was replaced by a newer session),
+-- RELAY_SESSION_UNREGISTERED (`caller` never registered: another session holds the registration).
+local function session_refusal(live, superseded, caller)
+  if not live then
+    return redis.error_reply('RELAY_UNREGISTERED')
+  end
+  if caller == '' or live == caller then
+    return nil
+  end
+  if superseded and string.find(' ' .. superseded .. ' ', ' ' .. caller .. ' ', 1, true) then
+    return redis.error_reply('RELAY_SUPERSEDED')
+  end
+  return redis.error_reply('RELAY_SESSION_UNREGISTERED')
+end
