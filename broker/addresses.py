@@ -3,6 +3,11 @@
 An address is a provider's type: the type alone fixes the tier a message to or from it travels
 (``workbench`` in-process, ``claudecode`` host, ``remote`` network). ``Providers`` is the set of
 provider names a front accepts; ``parse`` refuses an endpoint its provider's type does not admit.
+
+Every endpoint is printable (``check_printable``: no control, line or format characters, so a stored
+endpoint can never forge an output line or drive a terminal) and unambiguous: an IPv6 host is written
+in brackets (``[::1]:80``; ``::1:80`` is refused, as it also reads as the address ``::1:80``), and an
+IPv6 scope id is an interface name (letters, digits, ``.``, ``_``, ``-``).
 """
 
 from __future__ import annotations
@@ -62,7 +67,21 @@ class Providers:
             raise InvalidAddress("endpoint", "endpoint.required", "an endpoint is required")
         if len(endpoint) > 2048:
             raise InvalidAddress("endpoint", "endpoint.max_len", "must be at most 2048 characters")
+        check_printable(endpoint)
         return self._types[provider].parse(endpoint)
+
+
+def check_printable(endpoint: str) -> None:
+    """Refuse an endpoint holding a character that is not printable, naming the first one."""
+    if endpoint.isprintable():
+        return
+    at, char = next((i, c) for i, c in enumerate(endpoint) if not c.isprintable())
+    raise InvalidAddress(
+        "endpoint",
+        "endpoint.printable",
+        f"{endpoint[:80]!r} holds the non-printable character U+{ord(char):04X} at position {at}: an "
+        "endpoint may hold no control, line-break or format characters",
+    )
 
 
 _SESSION_RE: Final = re.compile(SESSION_ID_PATTERN)
@@ -70,6 +89,7 @@ _HOSTNAME_RE: Final = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
 _UNIX_PATH_MAX: Final = 107  # sun_path holds 108 bytes including the terminating NUL
+_SCOPE_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +120,7 @@ class ClaudeCodeAddress(Address):
 
     @classmethod
     def parse(cls, endpoint: str) -> Self:
+        check_printable(endpoint)
         if endpoint.startswith("unix:"):
             path = endpoint[5:]
             if not path.startswith("/") or "\x00" in path or len(path.encode()) > _UNIX_PATH_MAX:
@@ -111,6 +132,7 @@ class ClaudeCodeAddress(Address):
                 )
             return cls(endpoint)
         host, port = _split_host_port(endpoint)
+        _check_unambiguous(endpoint, host, port)
         if host is None or port is None or not is_loopback_host(host):
             raise InvalidAddress(
                 "endpoint",
@@ -130,6 +152,7 @@ class RemoteAddress(Address):
 
     @classmethod
     def parse(cls, endpoint: str) -> Self:
+        check_printable(endpoint)
         host: str | None
         if endpoint.startswith("https://"):
             try:
@@ -144,6 +167,7 @@ class RemoteAddress(Address):
                 host = f"[{host}]"
         else:
             host, port = _split_host_port(endpoint)
+            _check_unambiguous(endpoint, host, port)
             if port is None:
                 host = None
         if host is None or not _is_host(host) or is_loopback_host(host) or _is_unspecified(host):
@@ -178,6 +202,26 @@ def _split_host_port(endpoint: str) -> tuple[str | None, int | None]:
     if not port_text.isdigit() or not port_text.isascii() or not 1 <= int(port_text) <= 65535:
         return host, None
     return host, int(port_text)
+
+
+def _check_unambiguous(endpoint: str, host: str | None, port: int | None) -> None:
+    """Refuse an unbracketed IPv6 host (``::1:80``) and an IPv6 scope id that is not an interface name."""
+    if host is None:
+        return
+    if not host.startswith("[") and ":" in host:
+        where = f"[{host}]:{port}" if port is not None else f"[{host}]:PORT"
+        raise InvalidAddress(
+            "endpoint",
+            "endpoint.ipv6_brackets",
+            f"{endpoint!r} is ambiguous: write an IPv6 host in brackets, e.g. {where}",
+        )
+    _, percent, scope = host.partition("%")
+    if percent and _SCOPE_ID_RE.fullmatch(scope.removesuffix("]")) is None:
+        raise InvalidAddress(
+            "endpoint",
+            "endpoint.ipv6_scope",
+            f"{endpoint!r}: an IPv6 scope id is an interface name (1-64 letters, digits, '.', '_', '-')",
+        )
 
 
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -12,6 +12,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Final
 
+from broker.text import escaped
+
 EVENT_FIELDS: Final = ("envelope", "from", "to", "agent", "tier", "outcome", "session", "url", "data_dir")
 # color_message: uvicorn's copy of the message with terminal colour codes
 _STANDARD: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
@@ -60,6 +62,6 @@ def _plain(value: object) -> str:
     """One token per field: values with spaces, quotes or control characters are quoted and escaped,
     so a field that came from a client cannot forge another log line or field."""
     text = str(value)
-    if text and text.isprintable() and not any(c in text for c in " \"'="):
+    if text and text.isprintable() and not any(c in text for c in " \"'=\\"):
         return text
-    return json.dumps(text, ensure_ascii=True)
+    return '"' + escaped(text).replace('"', '\\"') + '"'

@@ -66,8 +66,8 @@ def test_list_shows_each_dead_letter_readably(redis_url: str, capsys: pytest.Cap
     )
     assert out[2] == "    reason: ConnectionError: session queue unavailable"
     assert out[3] == "    text:   build the parser"
-    assert out[6].startswith("    text:   line one line two [31mxxx") and out[6].endswith("...")
-    assert len(out[6]) == len("    text:   ") + 80 and "\x1b" not in out[6]
+    assert out[6].startswith("    text:   line one\\nline two \\x1b[31mxxx") and out[6].endswith("x…")
+    assert len(out) == 7 and "\x1b" not in out[6]
 
 
 def test_list_as_json_and_with_a_limit(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,8 +33,9 @@ from mcp.types import (
 
 from broker.agent_message import AgentMessage
 from broker.front.tokens import AgentIdentity
-from broker.front.tools import AgentTool, relay_tools, shown
+from broker.front.tools import AgentTool, relay_tools
 from broker.relay import Relay
+from broker.text import shown
 
 VERSION: Final = "0.1.0"
 STRUCTURED_CONTENT_SINCE: Final = "2025-06-18"

@@ -23,6 +23,7 @@ from broker.errors import InternalError, InvalidArgument, RelayError, json_type
 from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
 from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, Relay
+from broker.text import shown
 
 log = logging.getLogger("relay.front")
 
@@ -281,11 +282,6 @@ def encoded_size(data: object) -> int:
     """Bytes of ``data`` as UTF-8 JSON (what it adds to a response body)."""
     text = _JSON.encode(data)
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
-def shown(text: str) -> str:
-    """Client text cut and escaped for errors and log lines, so it cannot forge or flood them."""
-    return text[:64].encode("unicode_escape").decode("ascii")
 
 
 def _string(arguments: Mapping[str, Any], name: str) -> str:

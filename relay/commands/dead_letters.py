@@ -19,6 +19,7 @@ from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms
 from broker.errors import InvalidArgument
 from broker.ids import check_agent_id, is_envelope_id
+from broker.text import escaped, shown
 from relay.commands import EXIT_RUNTIME, bounded_int
 from relay.settings import StoreSettings, add_options, load, store_url
 
@@ -106,16 +107,17 @@ def _list(args: argparse.Namespace) -> int:
     if not letters:
         print(f"no dead letters for {agent}")
         return 0
-    shown = f"{len(letters)} of {total}" if total > len(letters) else str(total)
-    print(f"{shown} dead letter{'s' if total != 1 else ''} for {agent}, oldest first:")
+    count = f"{len(letters)} of {total}" if total > len(letters) else str(total)
+    print(f"{count} dead letter{'s' if total != 1 else ''} for {agent}, oldest first:")
     for letter in letters:
-        kind = _clean(letter.fields.get("kind", "-"), 16)
+        # everything but the counts and times was written by agents or read from Redis: escaped
+        kind = shown(letter.fields.get("kind", "-"), 16)
         print(
-            f"{letter.envelope_id}  from={letter.sender}  attempts={letter.attempts}  "
+            f"{escaped(letter.envelope_id)}  from={escaped(letter.sender)}  attempts={letter.attempts}  "
             f"dead_at={format_time(from_ms(letter.dead_at_ms))}  kind={kind}"
         )
-        print(f"    reason: {_clean(letter.reason, 200)}")
-        print(f"    text:   {_clean(letter.fields.get('text', '-'), _TEXT_CHARS)}")
+        print(f"    reason: {shown(letter.reason, 200)}")
+        print(f"    text:   {shown(letter.fields.get('text', '-'), _TEXT_CHARS)}")
     return 0
 
 
@@ -161,10 +163,3 @@ def _json(letter: DeadLetter) -> dict[str, object]:
     if letter.requeued_from is not None:
         data["requeued_from"] = letter.requeued_from
     return data
-
-
-def _clean(text: str, width: int) -> str:
-    """One line of at most ``width`` printable characters: control characters (newlines, terminal
-    escapes) in a message must not reach the operator's terminal."""
-    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."

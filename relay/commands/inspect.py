@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from adapters.redis.inspect import AgentInspection, Report, report
 from broker.ids import check_agent_id
+from broker.text import escaped
 from relay.commands import bounded_int
 from relay.settings import StoreSettings, add_options, load, store_url
 
@@ -115,7 +116,9 @@ def _table(a: AgentInspection) -> str:
         ("dead letters", str(a.dead_letters)),
     ]
     width = max(len(label) for label, _ in rows)
-    return "\n".join([a.agent, *(f"  {label.ljust(width)}  {value}" for label, value in rows)])
+    # values come from Redis, where anyone with access may have written anything: escaped
+    lines = (f"  {label.ljust(width)}  {escaped(value)}" for label, value in rows)
+    return "\n".join([escaped(a.agent), *lines])
 
 
 def human_age(seconds: float | None) -> str:
