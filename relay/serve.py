@@ -11,6 +11,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -28,6 +29,7 @@ from broker.front.key_file import KeyFileError, load_key_file
 from broker.front.tokens import KeyRing
 from broker.relay import Relay
 from relay import logs
+from relay.commands.keys import data_key_file, ensure_key_file
 from relay.http_limits import allow_open_files, protocol_for
 from relay.settings import ServeSettings, SettingsError
 
@@ -45,10 +47,10 @@ FORCED_STOP_SECONDS = 1.0
 def run(settings: ServeSettings) -> int:
     """Run ``relay serve`` with parsed settings; returns the process exit code."""
     logs.configure(settings.log_format, settings.log_level)
-    key_file = settings.agent_mcp_key_file
-    keyring = load_key_file(key_file) if key_file is not None else None
     _check_listen_address(settings)
     allow_open_files(settings.max_connections)
+    settings, key_file = _with_key_file(settings)
+    keyring = load_key_file(key_file)
     embedded: EmbeddedRedis | None = None
     url = settings.redis_url
     if url is None:
@@ -64,10 +66,6 @@ def run(settings: ServeSettings) -> int:
         log.info("using %s", embedded.describe(), extra={"url": url, "data_dir": str(embedded.data_dir)})
     else:
         log.info("using Redis at %s (no embedded server started)", redacted(url))
-    if keyring is None:
-        log.warning(
-            "no --agent-mcp-key-file: /mcp/agent is not served (create a key with `relay keygen PATH`)"
-        )
     # uvicorn drains in-flight requests on SIGINT/SIGTERM, restores the handlers it found and re-raises
     # the signal; these handlers receive it, so the embedded server is stopped before we exit.
     received: list[int] = []
@@ -171,6 +169,20 @@ async def _finish_forced_stop(server: uvicorn.Server) -> None:
     if tasks:
         await asyncio.wait(tasks, timeout=FORCED_STOP_SECONDS)
     await asyncio.wait_for(server.lifespan.shutdown(), FORCED_STOP_SECONDS)
+
+
+def _with_key_file(settings: ServeSettings) -> tuple[ServeSettings, Path]:
+    """``settings`` naming a key file, and that file: without ``--agent-mcp-key-file``, the data dir's
+    key, created (mode 0600) on first start."""
+    if settings.agent_mcp_key_file is not None:
+        return settings, settings.agent_mcp_key_file
+    path = data_key_file(settings.data_dir).absolute()
+    try:
+        if ensure_key_file(path):
+            log.info("created signing key %s (tokens for agents: relay agent-headers / mcp-config)", path)
+    except KeyFileError as exc:
+        raise SettingsError(f"could not create the signing key: {exc}; or pass --agent-mcp-key-file") from exc
+    return settings.model_copy(update={"agent_mcp_key_file": path}), path
 
 
 def _answer_parked_polls_on_exit(server: uvicorn.Server, stop_waiting: Callable[[], None]) -> None:

@@ -36,7 +36,15 @@ class _Settings(BaseSettings):
     )
 
 
-class StoreSettings(_Settings):
+class DataDirSettings(_Settings):
+    """The data dir: the embedded server's data, and the signing key ``relay serve`` creates there."""
+
+    data_dir: Path = Field(
+        DEFAULT_DATA_DIR, description="where the embedded server keeps its data and relay its signing key"
+    )
+
+
+class StoreSettings(DataDirSettings):
     """Where relay's data lives: every command that reads or writes the store takes these."""
 
     redis_url: str | None = Field(
@@ -44,7 +52,6 @@ class StoreSettings(_Settings):
         description="Redis URL, e.g. redis://127.0.0.1:6379/0; without it `relay serve` starts an embedded "
         "server under the data dir",
     )
-    data_dir: Path = Field(DEFAULT_DATA_DIR, description="where the embedded server keeps its data")
 
     @field_validator("redis_url")
     @classmethod
@@ -63,7 +70,7 @@ class ServeSettings(StoreSettings):
     agent_mcp_key_file: Path | None = Field(
         None,
         description="signing key for agent tokens (see `relay keygen`), read again on SIGHUP; without it "
-        "/mcp/agent is not served",
+        "relay.key in the data dir, created on first start",
     )
     log_format: Literal["text", "json"] = Field("text", description="log lines as text or JSON")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="lowest level logged")

@@ -160,11 +160,16 @@ def test_sighup_reloads_the_key_file_for_rotation_without_a_restart(
     assert serve.stop() == 0
 
 
-def test_without_a_key_file_the_agent_endpoint_is_not_served(tmp_path: Path, serve_factory: Any) -> None:
+def test_without_a_key_file_serve_signs_with_the_data_dirs_own_key(
+    tmp_path: Path, serve_factory: Any
+) -> None:
     serve = serve_factory("--data-dir", str(tmp_path / "data"))
     serve.start()
-    assert httpx2.post(serve.url, json={}).status_code == 404
-    assert "/mcp/agent is not served" in serve.log.read_text()
+    key = tmp_path / "data" / "relay.key"
+    assert f"created signing key {key}" in serve.log.read_text()
+    headers = agent_headers(load_key_file(key), "alice", "a-1")
+    assert ok_sync(serve.url, headers, "RegisterAgentAddress", REGISTER)["agent"] == "alice"
+    assert httpx2.post(serve.url, json={}).status_code == 401
     assert "csf_relay_envelopes_sent_total" in httpx2.get(f"{serve.base}/metrics").text
     assert serve.stop() == 0
 

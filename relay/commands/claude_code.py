@@ -6,25 +6,23 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from broker.front.key_file import load_key_file
 from broker.front.paths import MCP_PATH
 from broker.ids import check_agent_id
 from relay.claude_code.setup import SetupError, SetupRequest, setup
 from relay.commands import UsageError
-from relay.commands.keys import endpoint_url
+from relay.commands.keys import data_key_file, endpoint_url
 from relay.settings import DEFAULT_DATA_DIR
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
 
-DEFAULT_KEY_NAME: Final = "relay.key"
-
 
 def default_key_file() -> Path:
-    """The data dir's signing key (``$RELAY_DATA_DIR`` or ``./.relay``)."""
-    return Path(os.environ.get("RELAY_DATA_DIR") or DEFAULT_DATA_DIR) / DEFAULT_KEY_NAME
+    """The data dir's signing key (``$RELAY_DATA_DIR`` or ``./.relay``), which ``relay serve`` creates."""
+    return data_key_file(Path(os.environ.get("RELAY_DATA_DIR") or DEFAULT_DATA_DIR))
 
 
 def relay_command() -> list[str]:

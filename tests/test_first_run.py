@@ -1,0 +1,132 @@
+"""The README's first command, as a first-time user runs it: ``relay serve`` with no options in a fresh
+folder serves /mcp/agent, and ``relay mcp-config --agent A --session S`` alone yields a configuration
+that the official MCP client uses as it is (register, send, fetch). No secret lands in a tracked place.
+
+The port comes from RELAY_PORT (the machine is shared: 8080 may be taken); nothing else is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from broker.testing.polling import wait_until
+from tests.front_support import free_port
+from tests.processes import REGISTER, ROOT
+
+RUN_BOUND = 60
+
+
+def relay_env(port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    return {**env, "PYTHONPATH": str(ROOT), "RELAY_PORT": str(port)}
+
+
+def relay(folder: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relay", *args],
+        cwd=folder, env=relay_env(port), capture_output=True, text=True, timeout=RUN_BOUND, check=False,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def first_command(folder: Path, *, creates_key: bool) -> Iterator[int]:
+    """``relay serve`` with no options, run from ``folder``; yields its port once /readyz is 200."""
+    port = free_port()
+    log = folder.parent / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "relay", "serve"], cwd=folder, env=relay_env(port), stdout=out, stderr=out
+        )
+    try:
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"relay serve exited: {log.read_text()}")
+            with contextlib.suppress(httpx2.HTTPError):
+                return httpx2.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+            return False
+
+        wait_until(ready, RUN_BOUND, "relay serve ready", interval=0.05)
+        yield port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(RUN_BOUND)
+    assert ("created signing key" in log.read_text()) is creates_key
+
+
+async def call(
+    url: str, headers: dict[str, str], name: str, arguments: dict[str, object]
+) -> dict[str, object]:
+    http = httpx2.AsyncClient(headers=headers, timeout=30)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+async def test_the_first_command_serves_the_agent_endpoint_with_a_key_of_its_own(tmp_path: Path) -> None:
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    with first_command(folder, creates_key=True) as port:
+        key = folder / ".relay" / "relay.key"
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600
+        assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+        configs = {}
+        for agent in ("alice", "bob"):
+            made = relay(folder, port, "mcp-config", "--agent", agent, "--session", f"{agent}-1")
+            assert made.returncode == 0, made.stderr
+            (entry,) = json.loads(made.stdout)["mcpServers"].values()
+            assert entry["url"] == f"http://127.0.0.1:{port}/mcp/agent"
+            configs[agent] = entry
+        for agent, entry in configs.items():
+            assert (await call(entry["url"], entry["headers"], "RegisterAgentAddress", REGISTER))[
+                "agent"
+            ] == agent
+        message = {"to": "bob", "message": {"kind": 1, "text": "hello from the README"}}
+        sent = await call(configs["alice"]["url"], configs["alice"]["headers"], "SendAgentMessage", message)
+        got = await call(configs["bob"]["url"], configs["bob"]["headers"], "FetchAgentInbox", {})
+        assert [(e["id"], e["from"]) for e in got["envelopes"]] == [(sent["id"], "alice")]
+        headers = relay(folder, port, "agent-headers", "--agent", "alice", "--session", "alice-2")
+        assert headers.returncode == 0 and "X-CSF-Agent-ID" in headers.stdout
+    with first_command(
+        folder, creates_key=False
+    ) as port:  # a restart keeps the key: the tokens minted stay valid
+        url = f"http://127.0.0.1:{port}/mcp/agent"
+        got = await call(url, configs["bob"]["headers"], "FetchAgentInbox", {})
+        assert len(got["envelopes"]) == 1
+
+
+def test_without_a_key_the_token_commands_say_how_to_get_one(tmp_path: Path) -> None:
+    made = relay(tmp_path, free_port(), "mcp-config", "--agent", "alice", "--session", "a-1")
+    assert made.returncode == 2 and made.stdout == ""
+    assert "no signing key at .relay/relay.key: start `relay serve` once from this folder" in made.stderr
+
+
+@pytest.mark.parametrize("path", [".relay/", ".relay/relay.key", "relay.key", ".mcp.json", "a/b/.mcp.json"])
+def test_secrets_are_ignored_by_git(path: str) -> None:
+    result = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT, timeout=RUN_BOUND, check=False
+    )
+    assert result.returncode == 0, f"{path} is not ignored by .gitignore"
+
+
+def test_the_readme_creates_no_secret_by_hand() -> None:
+    readme = (ROOT / "README.md").read_text()
+    steps = readme.split("## Using it from Claude Code")[1].split("\n## ")[0]
+    commands = "".join(steps.split("```")[1::2])
+    assert commands and "keygen" not in commands and "key-file" not in commands
+    assert "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/relay serve" in readme
