@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from adapters.redis.server import running_server_url
 from broker.front import limits
 
 ENV_PREFIX = "RELAY_"
@@ -214,12 +215,24 @@ def _choices(annotation: object) -> list[str] | None:
 
 
 def store_url(settings: StoreSettings, command: str) -> str:
-    """The Redis URL a command that reads the store uses; ``SettingsError`` saying what to pass when
-    there is none."""
-    if settings.redis_url is None:
-        raise SettingsError(
-            f"relay {command} needs the Redis that relay serve uses: pass --redis-url redis://HOST:PORT/DB "
-            f"or set {variable('redis_url')} (a relay serve without --redis-url logs its embedded server's "
-            "address at start-up)"
-        )
-    return settings.redis_url
+    """The Redis URL a command that reads the store uses: ``--redis-url``, else the embedded server
+    running from the data dir; ``SettingsError`` saying what to pass when there is neither."""
+    if settings.redis_url is not None:
+        return settings.redis_url
+    found = running_server_url(settings.data_dir)
+    if found is not None:
+        return found
+    raise SettingsError(
+        f"relay {command} found no embedded server running from the data dir {settings.data_dir.absolute()} "
+        f"(`relay serve` without --redis-url starts one there): run it from the folder relay serve runs "
+        f"in, or pass {option('data_dir')} DIR, or pass --redis-url redis://HOST:PORT/DB (or set "
+        f"{variable('redis_url')}) for the Redis relay serve uses"
+    )
+
+
+def store_named(settings: StoreSettings, url: str) -> str:
+    """How a command names the store it read, in hints: the (password-free) URL, and the data dir when
+    the URL came from it (an empty store there usually means another data dir was meant)."""
+    if settings.redis_url is not None:
+        return url
+    return f"{url} (the embedded server of {settings.data_dir.absolute()})"

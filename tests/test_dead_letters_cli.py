@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,13 +115,15 @@ def test_redis_url_comes_from_the_environment(
 
 
 def test_usage_errors_are_one_line_and_exit_2(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("RELAY_REDIS_URL", raising=False)
+    monkeypatch.setenv("RELAY_DATA_DIR", str(tmp_path / "data"))
     assert main(["dead-letters", "list", "builder"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("relay: error: relay dead-letters needs the Redis that relay serve uses: ")
-    assert "--redis-url" in err and "RELAY_REDIS_URL" in err and err.count("\n") == 1
+    expected = "relay: error: relay dead-letters found no embedded server running from the data dir"
+    assert err.startswith(f"{expected} {tmp_path}/data ")
+    assert "--data-dir" in err and "--redis-url" in err and "RELAY_REDIS_URL" in err and err.count("\n") == 1
     assert main(["dead-letters", "list", "Not:Valid", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert capsys.readouterr().err.startswith("relay: error: AGENT: ")
     assert main(["dead-letters", "requeue", "builder", "nope", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
@@ -132,4 +135,20 @@ def test_usage_errors_are_one_line_and_exit_2(
 def test_an_unreachable_redis_is_a_runtime_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dead-letters", "list", "builder", "--redis-url", "redis://127.0.0.1:1/0"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("relay: error: the message store is unavailable") and err.count("\n") == 1
+    assert err.startswith("relay: error: cannot read Redis at redis://127.0.0.1:1/0") and err.count("\n") == 1
+
+
+def test_list_of_an_unknown_agent_is_refused_like_inspect(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = unique_prefix()
+    dead_letters_for(redis_url, prefix, ["a"])
+    argv = ["--redis-url", redis_url, "--prefix", prefix]
+    assert main(["dead-letters", "list", "nobody", *argv]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("relay: error: agent 'nobody' is not registered at redis://")
+        and len(err.splitlines()) == 1
+    )
+    assert "`relay inspect` lists the registered agents" in err
+    assert main(["dead-letters", "list", "builder", *argv]) == 0

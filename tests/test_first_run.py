@@ -102,12 +102,36 @@ async def test_the_first_command_serves_the_agent_endpoint_with_a_key_of_its_own
         assert [(e["id"], e["from"]) for e in got["envelopes"]] == [(sent["id"], "alice")]
         headers = relay(folder, port, "agent-headers", "--agent", "alice", "--session", "alice-2")
         assert headers.returncode == 0 and "X-CSF-Agent-ID" in headers.stdout
+        operations_find_the_embedded_server(folder, port)
+    stopped = relay(folder, port, "inspect")
+    assert stopped.returncode == 2 and "found no embedded server running from the data dir" in stopped.stderr
     with first_command(
         folder, creates_key=False
     ) as port:  # a restart keeps the key: the tokens minted stay valid
         url = f"http://127.0.0.1:{port}/mcp/agent"
         got = await call(url, configs["bob"]["headers"], "FetchAgentInbox", {})
         assert len(got["envelopes"]) == 1
+
+
+def operations_find_the_embedded_server(folder: Path, port: int) -> None:
+    """``relay inspect`` / ``dead-letters`` / ``show`` with no --redis-url read the embedded server of
+    ./.relay; their "not registered" hints name that data dir."""
+    data_dir = folder / ".relay"
+    listed = relay(folder, port, "inspect", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [a["agent"] for a in json.loads(listed.stdout)["agents"]] == ["alice", "bob"]
+    for command in (["inspect", "nobody"], ["dead-letters", "list", "nobody"]):
+        unknown = relay(folder, port, *command)
+        assert unknown.returncode == 1 and unknown.stdout == "", unknown
+        assert "'nobody' is not registered at redis://127.0.0.1:" in unknown.stderr
+        assert f"(the embedded server of {data_dir})" in unknown.stderr
+    elsewhere = folder.parent / "elsewhere"
+    elsewhere.mkdir()
+    lost = relay(elsewhere, port, "dead-letters", "list", "bob")
+    assert lost.returncode == 2 and f"from the data dir {elsewhere / '.relay'}" in lost.stderr
+    assert "--data-dir DIR" in lost.stderr and "--redis-url" in lost.stderr
+    found = relay(elsewhere, port, "inspect", "bob", "--data-dir", str(data_dir))
+    assert found.returncode == 0 and found.stdout.startswith("bob\n"), found.stderr
 
 
 def test_without_a_key_the_token_commands_say_how_to_get_one(tmp_path: Path) -> None:

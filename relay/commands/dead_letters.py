@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING, TypeVar
 
 from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
+from adapters.redis.inspect import report
 from adapters.redis.keys import DEFAULT_PREFIX
 from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms
-from broker.errors import InvalidArgument
+from broker.errors import InvalidArgument, RelayError
 from broker.ids import check_agent_id, is_envelope_id
 from broker.text import escaped, shown
 from relay.commands import EXIT_RUNTIME, bounded_int
-from relay.settings import StoreSettings, add_options, load, store_url
+from relay.commands.inspect import unknown_agent
+from relay.settings import StoreSettings, add_options, load, store_named, store_url
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -80,7 +82,11 @@ def _add_redis_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _queue_call(args: argparse.Namespace, work: Callable[[RedisDeliveryQueue], Awaitable[T]]) -> T:
-    url = store_url(load(StoreSettings, args), "dead-letters")
+    settings = load(StoreSettings, args)
+    url = store_url(settings, "dead-letters")
+    known = asyncio.run(report(url, agent=args.agent, prefix=args.prefix))
+    if not known.agents[0].exists:
+        raise RelayError(unknown_agent(args.agent, known.indexed, store_named(settings, known.redis)))
 
     async def run() -> T:
         connection = RedisConnection(RedisSettings(url=url, prefix=args.prefix))

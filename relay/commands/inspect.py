@@ -17,7 +17,7 @@ from adapters.redis.inspect import AgentInspection, Report, report
 from broker.ids import check_agent_id
 from broker.text import escaped
 from relay.commands import bounded_int
-from relay.settings import StoreSettings, add_options, load, store_url
+from relay.settings import StoreSettings, add_options, load, store_named, store_url
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -50,23 +50,34 @@ def register(subparsers: Subparsers) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    url = store_url(load(StoreSettings, args), "inspect")
+    settings = load(StoreSettings, args)
+    url = store_url(settings, "inspect")
     agent: str | None = args.agent
     if agent is not None:
         check_agent_id(agent, "AGENT")
     found = asyncio.run(report(url, agent=agent, limit=args.limit))
     if agent is not None and not found.agents[0].exists:
-        print(
-            f"relay: error: agent {agent!r} is not registered at {found.redis} and has no inbox or dead "
-            "letters; `relay inspect` lists the registered agents",
-            file=sys.stderr,
-        )
+        print(f"relay: error: {unknown_agent(agent, found.indexed, store_named(settings, found.redis))}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_NOT_FOUND
     if args.json:
         print(json.dumps(_as_json(found), indent=2))
     else:
-        print(_as_text(found, single=agent is not None))
+        print(_as_text(found, store_named(settings, found.redis), single=agent is not None))
     return 0
+
+
+def unknown_agent(agent: str, registered: int, store: str) -> str:
+    """The one "not registered" hint of the operator commands (inspect, dead-letters, show)."""
+    if registered == 0:
+        return (
+            f"agent {agent!r} is not registered at {store}, which holds no agent at all: is it the store "
+            f"relay serve uses? (pass --data-dir or --redis-url to name that one)"
+        )
+    return (
+        f"agent {agent!r} is not registered at {store} and has no inbox or dead letters; `relay inspect` "
+        "lists the registered agents"
+    )
 
 
 def _as_json(found: Report) -> dict[str, object]:
@@ -78,16 +89,17 @@ def _as_json(found: Report) -> dict[str, object]:
     }
 
 
-def _as_text(found: Report, *, single: bool) -> str:
+def _as_text(found: Report, store: str, *, single: bool) -> str:
     blocks = [_table(a) for a in found.agents]
     if single:
-        footer = f"read from {found.redis} at {found.time}"
+        footer = f"read from {store} at {found.time}"
     elif not found.agents:
-        footer = f"no agents registered at {found.redis} ({found.time})"
+        footer = f"no agents registered at {store} ({found.time}); if relay serve uses another store, "
+        footer += "pass its --data-dir or --redis-url"
     else:
         shown = len(found.agents)
         more = f"; showing the first {shown} by id (--limit)" if found.indexed > shown else ""
-        footer = f"{found.indexed} agents registered at {found.redis} ({found.time}){more}"
+        footer = f"{found.indexed} agents registered at {store} ({found.time}){more}"
     return "\n\n".join([*blocks, footer])
 
 
