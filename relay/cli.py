@@ -22,10 +22,11 @@ from relay.commands import (
     keys,
     migrate,
     serve,
+    show,
 )
 from relay.settings import SettingsError
 
-COMMANDS = (serve, keys, inspect, dead_letters, migrate, claude_code, hook)
+COMMANDS = (serve, keys, inspect, show, dead_letters, migrate, claude_code, hook)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -24,6 +24,7 @@ _PRELUDES = {
     "retry": ("_entry",),
     "fetch": ("_session",),
     "send_check": ("_session",),
+    "locate": ("_entry",),
 }
 
 
@@ -109,3 +110,4 @@ class Scripts:
         self.dead_letter = Script.named("dead_letter")
         self.requeue = Script.named("requeue")
         self.inspect = Script.named("inspect")
+        self.locate = Script.named("locate")
