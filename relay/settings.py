@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adapters.redis.server import running_server_url
+from adapters.redis.inspect import running_server_url
 from broker.front import limits
 
 ENV_PREFIX = "RELAY_"

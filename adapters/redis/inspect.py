@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from redis.asyncio import Redis, RedisCluster
 
@@ -27,10 +30,20 @@ from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.directory import Directory
 from adapters.redis.entries import entry_ms
 from adapters.redis.keys import DEFAULT_PREFIX, GROUP
+from adapters.redis.server import LOCK_FILE, STATE_FILE
 from broker.envelope import format_time, from_ms, parse_time
 from broker.errors import BackendUnavailable
 
-__all__ = ["PIPELINE_CHUNK", "AgentInspection", "Inspector", "Report", "entry_ms", "redacted", "report"]
+__all__ = [
+    "PIPELINE_CHUNK",
+    "AgentInspection",
+    "Inspector",
+    "Report",
+    "entry_ms",
+    "redacted",
+    "report",
+    "running_server_url",
+]
 
 PIPELINE_CHUNK = 500
 """Script calls in flight at once, at most."""
@@ -218,3 +231,26 @@ def redacted(url: str) -> str:
     if not sep or "@" not in rest.split("/", 1)[0]:
         return url
     return f"{scheme}://***@{rest.partition('@')[2]}"
+
+
+def running_server_url(data_dir: Path) -> str | None:
+    """The URL of the embedded server running from ``data_dir`` now, else None: the lock file names the
+    server's pid (a live process) and the state file its address. Read-only: no lock is taken, so a
+    ``relay serve`` starting meanwhile is never disturbed."""
+    try:
+        owner = int((data_dir / LOCK_FILE).read_text().strip() or "0")
+        state = json.loads((data_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if owner <= 0 or not isinstance(state, dict):
+        return None
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, someone else's
+    host, port = state.get("host"), state.get("port")
+    if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
+        return None
+    return f"redis://{f'[{host}]' if ':' in host else host}:{port}/0"

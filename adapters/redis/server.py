@@ -426,26 +426,3 @@ class EmbeddedRedis:
         if self._atexit_registered:
             atexit.unregister(self._atexit_stop)
             self._atexit_registered = False
-
-
-def running_server_url(data_dir: Path) -> str | None:
-    """The URL of the embedded server running from ``data_dir`` now, else None: the lock file names the
-    server's pid (a live process) and the state file its address. Read-only: no lock is taken, so a
-    ``relay serve`` starting meanwhile is never disturbed."""
-    try:
-        owner = int((data_dir / LOCK_FILE).read_text().strip() or "0")
-        state = json.loads((data_dir / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if owner <= 0 or not isinstance(state, dict):
-        return None
-    try:
-        os.kill(owner, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass  # alive, someone else's
-    host, port = state.get("host"), state.get("port")
-    if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
-        return None
-    return f"redis://{f'[{host}]' if ':' in host else host}:{port}/0"
