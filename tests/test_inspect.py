@@ -120,7 +120,8 @@ def test_inspect_one_agent_prints_a_table(server: EmbeddedRedis) -> None:
 
 
 def test_inspect_errors_are_one_line(server: EmbeddedRedis) -> None:
-    one_error_line(run_relay("inspect"), 2, "--redis-url", "RELAY_REDIS_URL")
+    nowhere = {"RELAY_DATA_DIR": "/nonexistent/relay-data"}  # no embedded server runs from there
+    one_error_line(run_relay("inspect", env=nowhere), 2, "--redis-url", "RELAY_REDIS_URL", "--data-dir")
     one_error_line(run_relay("inspect", "Bad!", "--redis-url", server.url), 2, "AGENT")
     one_error_line(run_relay("inspect", "--redis-url", "http://x"), 2, "not a Redis URL")
     one_error_line(run_relay("inspect", "nobody", "--redis-url", server.url), 1, "'nobody' is not registered")
