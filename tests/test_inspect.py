@@ -130,7 +130,8 @@ def test_inspect_errors_are_one_line(server: EmbeddedRedis) -> None:
 
 
 def test_relay_serve_exports_the_inbox_gauges(server: EmbeddedRedis, tmp_path: Path) -> None:
-    worker = ServeProcess(["--redis-url", server.url], tmp_path / "serve.log").start()
+    args = ["--redis-url", server.url, "--data-dir", str(tmp_path / "data")]  # its key goes there
+    worker = ServeProcess(args, tmp_path / "serve.log").start()
     try:
         metrics = worker.metrics()
     finally:
