@@ -4,6 +4,8 @@ second run changes nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import redis
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
@@ -77,6 +79,9 @@ async def test_migrate_is_idempotent_and_the_upgraded_relay_finds_its_data(redis
     sync.close()
 
 
-def test_migrate_needs_a_redis_url() -> None:
-    result = run_relay("migrate")
-    assert result.returncode == 2 and "relay migrate needs the Redis that relay serve uses" in result.stderr
+def test_migrate_needs_a_redis_url(tmp_path: Path) -> None:
+    result = run_relay("migrate", "--data-dir", tmp_path / "no-server")
+    assert result.returncode == 2
+    assert (
+        "relay migrate found no embedded server running" in result.stderr and "--redis-url" in result.stderr
+    )

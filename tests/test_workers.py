@@ -151,7 +151,7 @@ async def test_a_full_inbox_is_refused_over_mcp_naming_recipient_and_cap(cluster
         assert full["isError"] is True
         error = json.loads(full["content"][0]["text"])["error"]
         assert error["code"] == "inbox_full" and error["retryable"] is True
-        assert "'dave'" in error["message"] and f"({INBOX_CAP} unacknowledged" in error["message"]
+        assert "'dave'" in error["message"] and f"cap in force is {INBOX_CAP}" in error["message"]
         assert cluster.client.xlen(KEYS.inbox("dave")) == INBOX_CAP
         assert sample(b.metrics(), "csf_relay_refusals_total", code="inbox_full") == refused_before + 1
 
