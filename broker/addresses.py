@@ -189,6 +189,11 @@ def host_providers() -> Providers:
     return Providers([ClaudeCodeAddress])
 
 
+def network_providers() -> Providers:
+    """What the agent MCP endpoint of the network listener accepts: network-tier addresses only."""
+    return Providers([RemoteAddress])
+
+
 def _split_host_port(endpoint: str) -> tuple[str | None, int | None]:
     if endpoint.startswith("["):
         close = endpoint.find("]")

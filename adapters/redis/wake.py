@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -78,6 +78,7 @@ class Wakeups:
         self._waiters: dict[str, set[Parked]] = {}
         self._total = 0
         self._task: asyncio.Task[None] | None = None
+        self._watchers: list[Callable[[str], None]] = []
         self.subscribed = False
         self.closed = False
 
@@ -107,6 +108,13 @@ class Wakeups:
             self._task = asyncio.get_running_loop().create_task(self._subscribe_forever())
         return parked
 
+    def watch(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(agent)`` for every wake-up from now on (it must return at once); starts the
+        subscriber."""
+        self._watchers.append(callback)
+        if self._task is None and not self.closed:
+            self._task = asyncio.get_running_loop().create_task(self._subscribe_forever())
+
     def unpark(self, parked: Parked) -> None:
         mine = self._waiters.get(parked.agent)
         if mine is None or parked not in mine:
@@ -117,6 +125,8 @@ class Wakeups:
             del self._waiters[parked.agent]
 
     def wake(self, agent: str) -> None:
+        for callback in self._watchers:
+            callback(agent)
         for parked in self._waiters.get(agent, ()):
             if not parked.future.done():
                 parked.future.set_result(True)

@@ -1,0 +1,201 @@
+"""``WebhookDispatcher``: tells remote agents, by signed webhook, that mail is waiting.
+
+``notify(agent)`` is called for every wake-up (an append to the agent's inbox, on any worker) and
+returns at once: sends never wait for a notification. Per agent, at most one notification is in flight
+in this process (one task; a wake-up meanwhile marks the agent to be looked at again) and across
+workers (``IWebhookClaims``): only the claim holder reads what is unannounced, posts it and moves the
+cursor, then looks again before and after giving the claim up, so mail that arrived meanwhile rides
+on the next notification instead of being lost or announced twice. Agents never wait for each other:
+each has its own task.
+
+An attempt that times out, cannot connect or gets 429/5xx is retried with exponential backoff and full
+jitter for ``retry_for`` seconds; then the notification is dropped (logged, counted) and its envelopes
+count as announced: they stay in the inbox, and the next mail is announced with the current count. A
+2xx answer is delivered; any other answer (a redirect included: they are not followed) and an endpoint
+refused by the SSRF guard drop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+import httpx2
+from prometheus_client import CollectorRegistry, Counter
+from standardwebhooks import Webhook
+
+from adapters.webhooks.transport import BlockedAddress
+from broker.envelope import now_ms
+from broker.errors import RelayError
+from broker.webhooks import IPendingMail, IWebhookClaims, IWebhookTargets, PendingMail, WebhookTarget, summary
+
+log = logging.getLogger("relay.webhooks")
+
+Outcome = Literal["delivered", "retried", "dropped", "refused"]
+OUTCOMES: Final[tuple[Outcome, ...]] = ("delivered", "retried", "dropped", "refused")
+RETRY_FOR_SECONDS: Final = 60.0
+FIRST_BACKOFF_SECONDS: Final = 0.25
+MAX_BACKOFF_SECONDS: Final = 10.0
+USER_AGENT: Final = "relay-webhooks/1"
+
+
+class WebhookMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        counter = Counter(
+            "csf_relay_webhooks",
+            "Webhook notification attempts by outcome: delivered, retried (a failed attempt that will be "
+            "retried), dropped (gave up after retrying), refused (blocked address or a non-retryable "
+            "answer).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.outcomes = {outcome: counter.labels(outcome=outcome) for outcome in OUTCOMES}
+
+    def count(self, outcome: Outcome) -> None:
+        self.outcomes[outcome].inc()
+
+
+class WebhookDispatcher:
+    def __init__(
+        self,
+        targets: IWebhookTargets,
+        mail: IPendingMail,
+        claims: IWebhookClaims,
+        client: httpx2.AsyncClient,
+        metrics: CollectorRegistry,
+        *,
+        retry_for: float = RETRY_FOR_SECONDS,
+    ) -> None:
+        self.targets = targets
+        self.mail = mail
+        self.claims = claims
+        self.client = client
+        self.metrics = WebhookMetrics(metrics)
+        self.retry_for = retry_for
+        # A claim outlives the longest notification (its retries) so that no other worker posts
+        # meanwhile, and lapses soon after it when a worker dies holding it.
+        self.claim_seconds = retry_for + 2 * MAX_BACKOFF_SECONDS + 30.0
+        self._holder = secrets.token_hex(8)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self._closed = False
+
+    def notify(self, agent: str) -> None:
+        """Something may have arrived for ``agent``: look, and notify it if it has a webhook."""
+        if self._closed:
+            return
+        if agent in self._tasks:
+            self._again.add(agent)
+            return
+        task = asyncio.get_running_loop().create_task(self._run(agent), name=f"webhook {agent}")
+        self._tasks[agent] = task
+
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def close(self) -> None:
+        """Stop: notifications in flight are cancelled (their claims lapse), the client closed."""
+        self._closed = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.client.aclose()
+
+    async def _run(self, agent: str) -> None:
+        try:
+            while True:
+                self._again.discard(agent)
+                await self._notify_while_new(agent)
+                if agent not in self._again:
+                    return
+        except RelayError as exc:
+            log.warning("webhook for %s not sent: %s", agent, exc, extra={"agent": agent})
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("webhook dispatch failed unexpectedly", extra={"agent": agent})
+        finally:
+            self._tasks.pop(agent, None)
+            self._again.discard(agent)
+
+    async def _notify_while_new(self, agent: str) -> None:
+        target = await self.targets.target(agent)
+        if target is None:
+            return
+        while await self.claims.claim(agent, self._holder, self.claim_seconds):
+            try:
+                while True:
+                    mail = await self.mail.pending_for(agent)
+                    if mail.cursor is None:
+                        break
+                    await self._deliver(target, mail)
+                    await self.mail.announced(agent, mail.cursor)
+                    target = await self.targets.target(agent) or target
+            finally:
+                await self.claims.release(agent, self._holder)
+            # Mail whose wake-up reached another worker while we held the claim is ours to announce.
+            if (await self.mail.pending_for(agent)).cursor is None:
+                return
+
+    async def _deliver(self, target: WebhookTarget, mail: PendingMail) -> None:
+        body = json.dumps(summary(mail, now_ms()), separators=(",", ":"), ensure_ascii=False)
+        message_id = f"msg_{target.agent}_{mail.cursor}"
+        signer = Webhook(target.secret)
+        deadline = time.monotonic() + self.retry_for
+        backoff = FIRST_BACKOFF_SECONDS
+        while True:
+            stamp = datetime.now(UTC)
+            headers = {
+                "content-type": "application/json",
+                "user-agent": USER_AGENT,
+                "webhook-id": message_id,
+                "webhook-timestamp": str(int(stamp.timestamp())),
+                "webhook-signature": signer.sign(message_id, stamp, body),
+            }
+            failure = await self._attempt(target, headers, body)
+            if failure is None:
+                self.metrics.count("delivered")
+                return
+            if failure.startswith("refused:"):
+                self.metrics.count("refused")
+                log.warning("webhook refused, not retried: %s", failure[8:], extra={"agent": target.agent})
+                return
+            delay = random.uniform(0, backoff)  # full jitter
+            if time.monotonic() + delay > deadline:
+                self.metrics.count("dropped")
+                log.warning(
+                    "webhook dropped after retrying for %.0f s: %s",
+                    self.retry_for,
+                    failure,
+                    extra={"agent": target.agent},
+                )
+                return
+            self.metrics.count("retried")
+            await asyncio.sleep(delay)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+
+    async def _attempt(self, target: WebhookTarget, headers: dict[str, str], body: str) -> str | None:
+        """None when delivered; else why not, ``refused:`` first when retrying cannot help."""
+        try:
+            response = await self.client.post(target.endpoint, content=body.encode(), headers=headers)
+        except BlockedAddress as exc:
+            return f"refused:{exc}"
+        except httpx2.TimeoutException:
+            return "timed out"
+        except httpx2.TransportError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        status = response.status_code
+        if 200 <= status < 300:
+            return None
+        if status == 429 or status >= 500:
+            return f"answered {status}"
+        if 300 <= status < 400:
+            return f"refused:answered {status} (redirects are not followed)"
+        return f"refused:answered {status}"
