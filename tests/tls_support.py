@@ -90,8 +90,11 @@ class Receiver:
         if self.gate is not None:
             await self.gate.wait()
         status = self.statuses.pop(0) if self.statuses else 204
-        extra = [(b"location", self.location.encode())] if self.location else []
-        await send({"type": "http.response.start", "status": status, "headers": extra})
+        # No keep-alive: an idle TLS connection held by relay would hold the receiver's shutdown.
+        headers = [(b"connection", b"close")]
+        if self.location:
+            headers.append((b"location", self.location.encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
     def for_agent(self, agent: str) -> list[Delivery]:
