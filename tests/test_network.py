@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from broker.front.key_file import load_key_file
-from broker.front.tokens import NETWORK_AUDIENCE, agent_headers
+from broker.front.tokens import NETWORK_AUDIENCE, agent_headers, generate_key
 from broker.testing.polling import eventually
 from tests.front_support import free_port, key_file
 from tests.processes import MCP_HEADERS, REGISTER, ServeProcess, call_tool, run_relay, sample, tool_call_body
@@ -238,3 +239,34 @@ def test_agent_headers_network_mints_a_network_token(tmp_path: Path) -> None:
         "--url", "http://127.0.0.1:9/mcp/agent",
     )  # fmt: skip
     assert config.returncode != 0 and "https" in config.stderr
+
+
+async def test_sighup_rotates_the_key_on_the_network_listener_and_sigterm_stops_both(
+    redis_url: str, certs: Certificates, tmp_path: Path
+) -> None:
+    key, port = key_file(tmp_path), free_port()
+    process = ServeProcess(network_args(redis_url, key, certs, port), tmp_path / "serve.log").start()
+    listener = Listener(process, port, key, certs)
+    agent = unique("rotated")
+    old = listener.headers(agent)
+    key.write_text(generate_key() + "\n")  # the old key is gone from the file
+    key.chmod(0o600)
+    new = listener.headers(agent)
+    body = json.dumps(tool_call_body("FetchAgentInbox", {}))
+
+    async def statuses() -> tuple[int, ...]:
+        async with listener.http() as http:
+            found = [
+                await http.post(listener.url, content=body, headers={**MCP_HEADERS, **h}) for h in (old, new)
+            ]
+        return tuple(r.status_code for r in found)
+
+    try:
+        assert await statuses() == (200, 401)
+        assert process.proc is not None
+        process.proc.send_signal(signal.SIGHUP)
+        await eventually(lambda: "key file reloaded" in process.log.read_text(), 10, "reloaded")
+        assert await statuses() == (401, 200)
+    finally:
+        assert process.stop() == 0
+    assert "Traceback" not in process.log.read_text()
