@@ -118,17 +118,42 @@ async def test_mail_arriving_while_one_is_in_flight_rides_on_the_next(
         assert second["pending"] == 4
 
 
-async def test_several_workers_announce_each_envelope_once(redis_url: str, certs: Certificates) -> None:
+async def test_several_workers_send_one_notification_for_one_mail(
+    redis_url: str, certs: Certificates
+) -> None:
+    async with receiver(certs) as hook, workers(redis_url, certs, count=3) as group:
+        secret = await group[0].remote("far", hook.url)
+        sent = await group[1].send("sender", "far")
+        await eventually(lambda: len(hook.deliveries) == 1, 10, "a notification")
+
+        async def settled() -> bool:
+            idle = all(w.dispatcher.in_flight() == 0 for w in group)
+            return idle and (await group[0].webhooks.pending_for("far")).cursor is None
+
+        await eventually(settled, 10, "every worker idle, everything announced")
+        assert len(hook.deliveries) == 1  # every worker heard the wake-up; one notified
+        assert [e["id"] for e in hook.deliveries[0].verified(secret)["data"]["envelopes"]] == [sent]
+
+
+async def test_several_workers_announce_each_envelope_at_most_once(
+    redis_url: str, certs: Certificates
+) -> None:
+    """A burst is coalesced: a notification lists the first unannounced envelopes (at most 5) and
+    counts them all, and later ones list only newer envelopes."""
     async with receiver(certs) as hook, workers(redis_url, certs, count=3) as group:
         secret = await group[0].remote("far", hook.url)
         sent = [await group[i % 3].send("sender", "far", f"m{i}") for i in range(12)]
 
-        def announced() -> list[str]:
-            return [e["id"] for d in hook.deliveries for e in d.verified(secret)["data"]["envelopes"]]
+        async def settled() -> bool:
+            idle = all(w.dispatcher.in_flight() == 0 for w in group)
+            return idle and (await group[0].webhooks.pending_for("far")).cursor is None
 
-        await eventually(lambda: sorted(announced()) == sorted(sent), 15, "every envelope announced")
-        await eventually(lambda: all(w.dispatcher.in_flight() == 0 for w in group), 10, "idle")
-        assert len(announced()) == len(set(announced())) == 12
+        await eventually(settled, 15, "every worker idle, everything announced")
+        notes = [d.verified(secret)["data"] for d in hook.deliveries]
+        listed = [e["id"] for note in notes for e in note["envelopes"]]
+        assert len(listed) == len(set(listed)) and listed == sorted(listed, key=sent.index)
+        assert listed[0] == sent[0] and 1 <= len(notes) <= 12
+        assert max(note["pending"] for note in notes) == 12
 
 
 async def test_5xx_is_retried_with_the_same_id_then_delivered(redis_url: str, certs: Certificates) -> None:

@@ -126,21 +126,18 @@ class WebhookDispatcher:
             self._again.discard(agent)
 
     async def _notify_while_new(self, agent: str) -> None:
-        target = await self.targets.target(agent)
-        if target is None:
-            return
-        while await self.claims.claim(agent, self._holder, self.claim_seconds):
+        while (target := await self.targets.target(agent)) is not None:
+            if not await self.claims.claim(agent, self._holder, self.claim_seconds):
+                return  # another worker is notifying; it looks again after its notification
             try:
-                while True:
-                    mail = await self.mail.pending_for(agent)
-                    if mail.cursor is None:
-                        break
+                mail = await self.mail.pending_for(agent)
+                if mail.cursor is not None:
                     await self._deliver(target, mail)
                     await self.mail.announced(agent, mail.cursor)
-                    target = await self.targets.target(agent) or target
             finally:
                 await self.claims.release(agent, self._holder)
-            # Mail whose wake-up reached another worker while we held the claim is ours to announce.
+            # Mail that arrived meanwhile (its wake-up may have reached a worker that found the claim
+            # taken) rides on the next notification.
             if (await self.mail.pending_for(agent)).cursor is None:
                 return
 
