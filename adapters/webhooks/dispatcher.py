@@ -4,9 +4,9 @@
 returns at once: sends never wait for a notification. Per agent, at most one notification is in flight
 in this process (one task; a wake-up meanwhile marks the agent to be looked at again) and across
 workers (``IWebhookClaims``): only the claim holder reads what is unannounced, posts it and moves the
-cursor, then looks again before and after giving the claim up, so mail that arrived meanwhile rides
-on the next notification instead of being lost or announced twice. Agents never wait for each other:
-each has its own task.
+cursor; after giving the claim up it looks once more, so mail whose wake-up reached a worker that
+found the claim taken rides on the next notification instead of being lost or announced twice.
+Agents never wait for each other: each has its own task.
 
 An attempt that times out, cannot connect or gets 429/5xx is retried with exponential backoff and full
 jitter for ``retry_for`` seconds; then the notification is dropped (logged, counted) and its envelopes
