@@ -205,6 +205,13 @@ def test_serve_refuses_a_network_listener_without_certificate_and_key(redis_url:
     )  # fmt: skip
     assert done.returncode != 0
     assert "--tls-cert" in done.stderr and "Traceback" not in done.stderr
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    base = ["serve", "--redis-url", redis_url, "--agent-mcp-key-file", str(key), "--port", str(free_port())]
+    bad = run_relay(*base, "--network-port", str(free_port()), "--tls-cert", garbage, "--tls-key", garbage)
+    assert bad.returncode != 0 and "TLS files do not load" in bad.stderr and "Traceback" not in bad.stderr
+    stray = run_relay(*base, "--tls-cert", garbage)
+    assert stray.returncode != 0 and "--network-port" in stray.stderr
 
 
 async def test_mutual_tls_requires_a_client_certificate(
