@@ -30,7 +30,7 @@ import httpx2
 from prometheus_client import CollectorRegistry, Counter
 from standardwebhooks import Webhook
 
-from adapters.webhooks.transport import BlockedAddress
+from adapters.webhooks.transport import ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, BlockedAddress
 from broker.envelope import now_ms
 from broker.errors import RelayError
 from broker.webhooks import IPendingMail, IWebhookClaims, IWebhookTargets, PendingMail, WebhookTarget, summary
@@ -43,6 +43,8 @@ RETRY_FOR_SECONDS: Final = 60.0
 FIRST_BACKOFF_SECONDS: Final = 0.25
 MAX_BACKOFF_SECONDS: Final = 10.0
 USER_AGENT: Final = "relay-webhooks/1"
+ATTEMPT_SECONDS: Final = CONNECT_TIMEOUT + ATTEMPT_TIMEOUT
+"""The longest one attempt may take, from connecting to the answer's status line."""
 
 
 class WebhookMetrics:
@@ -80,7 +82,7 @@ class WebhookDispatcher:
         self.retry_for = retry_for
         # A claim outlives the longest notification (its retries) so that no other worker posts
         # meanwhile, and lapses soon after it when a worker dies holding it.
-        self.claim_seconds = retry_for + 2 * MAX_BACKOFF_SECONDS + 30.0
+        self.claim_seconds = retry_for + ATTEMPT_SECONDS + 30.0
         self._holder = secrets.token_hex(8)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
@@ -181,14 +183,19 @@ class WebhookDispatcher:
     async def _attempt(self, target: WebhookTarget, headers: dict[str, str], body: str) -> str | None:
         """None when delivered; else why not, ``refused:`` first when retrying cannot help."""
         try:
-            response = await self.client.post(target.endpoint, content=body.encode(), headers=headers)
+            # The whole attempt is bounded (an endpoint dripping bytes cannot hold it), and the answer's
+            # body is never read: only its status counts.
+            async with (
+                asyncio.timeout(ATTEMPT_SECONDS),
+                self.client.stream("POST", target.endpoint, content=body.encode(), headers=headers) as reply,
+            ):
+                status = reply.status_code
         except BlockedAddress as exc:
             return f"refused:{exc}"
-        except httpx2.TimeoutException:
+        except (httpx2.TimeoutException, TimeoutError):
             return "timed out"
         except httpx2.TransportError as exc:
             return f"{type(exc).__name__}: {exc}"
-        status = response.status_code
         if 200 <= status < 300:
             return None
         if status == 429 or status >= 500:
