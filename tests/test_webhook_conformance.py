@@ -41,3 +41,11 @@ class TestRedisWebhooks(TestMemoryWebhooks):
         relay = Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection))
         async with relay:
             yield relay, RedisWebhooks(connection)
+
+
+class TestRedisClusterWebhooks(TestRedisWebhooks):
+    """The same suite on a real 3-master Redis Cluster: each webhook script runs on the agent's slot."""
+
+    @pytest.fixture(autouse=True)
+    def _url(self, cluster_url: str) -> None:
+        self.url = cluster_url
