@@ -89,8 +89,11 @@ class IWebhookTargets(Protocol):
     ``set_secret`` stores ``secret`` only while ``agent`` is still registered in ``session`` at
     ``endpoint`` (True), so a registration made meanwhile is never given another's secret; every
     registration drops the secret of the previous one. ``target`` is the endpoint and secret of the
-    current registration when it is a webhook endpoint with a secret, else None.
+    current registration when it is a webhook endpoint with a secret, else None. ``agents`` lists every
+    registered agent (to look at each after wake-ups may have been missed).
     """
+
+    async def agents(self) -> list[str]: ...
 
     async def set_secret(self, agent: str, session: str, endpoint: str, secret: str) -> bool: ...
 

@@ -109,7 +109,7 @@ def start_webhooks(
     webhooks = RedisWebhooks(connection)
     client = webhook_client(allow_private=settings.webhook_allow_private, ca_file=settings.webhook_ca_file)
     dispatcher = WebhookDispatcher(webhooks, webhooks, webhooks, client, metrics)
-    connection.wakeups.watch(dispatcher.notify)
+    connection.wakeups.watch(dispatcher.notify, dispatcher.look_at_all)
     if settings.webhook_allow_private:
         log.warning("--webhook-allow-private: webhooks may go to loopback and private addresses")
     return webhooks, dispatcher

@@ -59,9 +59,15 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 @contextlib.asynccontextmanager
 async def workers(
-    redis_url: str, certs: Certificates, count: int = 1, *, retry_for: float = 5.0, allow_private: bool = True
+    redis_url: str,
+    certs: Certificates,
+    count: int = 1,
+    *,
+    retry_for: float = 5.0,
+    allow_private: bool = True,
+    prefix: str | None = None,
 ) -> AsyncIterator[list[Worker]]:
-    prefix = unique_prefix()
+    prefix = prefix or unique_prefix()
     made: list[Worker] = []
     async with contextlib.AsyncExitStack() as stack:
         for _ in range(count):
@@ -74,7 +80,7 @@ async def workers(
             client = webhook_client(allow_private=allow_private, ca_file=certs.ca_file)
             dispatcher = WebhookDispatcher(webhooks, webhooks, webhooks, client, metrics, retry_for=retry_for)
             stack.push_async_callback(dispatcher.close)
-            connection.wakeups.watch(dispatcher.notify)
+            connection.wakeups.watch(dispatcher.notify, dispatcher.look_at_all)
             made.append(Worker(connection, relay, webhooks, dispatcher, metrics))
         await eventually(lambda: all(w.connection.wakeups.subscribed for w in made), 10, "subscribed")
         await made[0].relay.register("sender", ClaudeCodeAddress.parse("127.0.0.1:14111"), "s1")
@@ -99,6 +105,21 @@ async def test_a_notification_is_signed_and_summarises_the_mail(redis_url: str, 
             hook.deliveries[0].verified(new_secret())
         # the inbox stays the truth: the envelope is still there to fetch
         assert [e.id for e in await worker.relay.fetch("far", session="s1")] == [sent]
+
+
+async def test_mail_waiting_when_a_worker_starts_is_announced(redis_url: str, certs: Certificates) -> None:
+    """Wake-ups published while no worker listened are not lost: a subscribing worker looks at every
+    registered agent."""
+    prefix = unique_prefix()
+    async with receiver(certs) as hook:
+        async with workers(redis_url, certs, prefix=prefix) as (first,):
+            secret = await first.remote("far", hook.url)
+            await first.dispatcher.close()  # nobody notifies now: the mail below only waits
+            sent = await first.send("sender", "far")
+        assert hook.deliveries == []
+        async with workers(redis_url, certs, prefix=prefix):
+            await eventually(lambda: len(hook.deliveries) == 1, 10, "announced by the new worker")
+        assert [e["id"] for e in hook.deliveries[0].verified(secret)["data"]["envelopes"]] == [sent]
 
 
 async def test_mail_arriving_while_one_is_in_flight_rides_on_the_next(

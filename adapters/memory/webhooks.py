@@ -34,6 +34,9 @@ class MemoryWebhooks:
             return None
         return WebhookTarget(agent, current.endpoint, secret)
 
+    async def agents(self) -> list[str]:
+        return sorted(self.state.registrations)
+
     async def pending_for(self, agent: str) -> PendingMail:
         inbox = self.state.inboxes.get(agent)
         entries = list(inbox.entries.values()) if inbox is not None else []

@@ -79,6 +79,7 @@ class Wakeups:
         self._total = 0
         self._task: asyncio.Task[None] | None = None
         self._watchers: list[Callable[[str], None]] = []
+        self._on_subscribed: list[Callable[[], None]] = []
         self.subscribed = False
         self.closed = False
 
@@ -108,10 +109,13 @@ class Wakeups:
             self._task = asyncio.get_running_loop().create_task(self._subscribe_forever())
         return parked
 
-    def watch(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(agent)`` for every wake-up from now on (it must return at once); starts the
-        subscriber."""
+    def watch(self, callback: Callable[[str], None], subscribed: Callable[[], None] | None = None) -> None:
+        """Call ``callback(agent)`` for every wake-up from now on, and ``subscribed()`` whenever the
+        subscription is made or made again (wake-ups published before may have been missed); both
+        must return at once. Starts the subscriber."""
         self._watchers.append(callback)
+        if subscribed is not None:
+            self._on_subscribed.append(subscribed)
         if self._task is None and not self.closed:
             self._task = asyncio.get_running_loop().create_task(self._subscribe_forever())
 
@@ -187,6 +191,8 @@ class Wakeups:
                     elif kind == "subscribe":
                         self.subscribed = True
                         self.wake_all()  # anything published before this moment: look again
+                        for subscribed in self._on_subscribed:
+                            subscribed()
         finally:
             await client.aclose()
 

@@ -8,6 +8,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
+from adapters.redis.directory import Directory
 from adapters.redis.entries import rows
 from adapters.redis.errors import store_error
 from broker.webhooks import (
@@ -48,6 +49,9 @@ class RedisWebhooks:
         if provider is None or endpoint is None or not secret or not is_webhook_endpoint(provider, endpoint):
             return None
         return WebhookTarget(agent, endpoint, secret)
+
+    async def agents(self) -> list[str]:
+        return await Directory(self.connection).agents()
 
     async def pending_for(self, agent: str) -> PendingMail:
         try:

@@ -6,7 +6,8 @@ in this process (one task; a wake-up meanwhile marks the agent to be looked at a
 workers (``IWebhookClaims``): only the claim holder reads what is unannounced, posts it and moves the
 cursor; after giving the claim up it looks once more, so mail whose wake-up reached a worker that
 found the claim taken rides on the next notification instead of being lost or announced twice.
-Agents never wait for each other: each has its own task.
+Agents never wait for each other: each has its own task. ``look_at_all`` covers wake-ups that were
+missed (the subscription was just made, or made again): every registered agent is looked at once.
 
 An attempt that times out, cannot connect or gets 429/5xx is retried with exponential backoff and full
 jitter for ``retry_for`` seconds; then the notification is dropped (logged, counted) and its envelopes
@@ -86,6 +87,7 @@ class WebhookDispatcher:
         self._holder = secrets.token_hex(8)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._sweep: asyncio.Task[None] | None = None
         self._closed = False
 
     def notify(self, agent: str) -> None:
@@ -98,13 +100,29 @@ class WebhookDispatcher:
         task = asyncio.get_running_loop().create_task(self._run(agent), name=f"webhook {agent}")
         self._tasks[agent] = task
 
+    def look_at_all(self) -> None:
+        """Wake-ups may have been missed (the subscription was just made, or made again): look at
+        every registered agent once."""
+        if self._closed or self._sweep is not None:
+            return
+        self._sweep = asyncio.get_running_loop().create_task(self._look_at_all(), name="webhook sweep")
+
+    async def _look_at_all(self) -> None:
+        try:
+            for agent in await self.targets.agents():
+                self.notify(agent)
+        except RelayError as exc:
+            log.warning("webhooks: registered agents not listed (%s); they are looked at on new mail", exc)
+        finally:
+            self._sweep = None
+
     def in_flight(self) -> int:
         return len(self._tasks)
 
     async def close(self) -> None:
         """Stop: notifications in flight are cancelled (their claims lapse), the client closed."""
         self._closed = True
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *([self._sweep] if self._sweep is not None else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -56,6 +56,7 @@ class WebhookConformance(ABC):
             await relay.register("far", RemoteAddress.parse(HOOK), "s1")  # every registration drops it
             assert await state.target("far") is None
             assert not await state.set_secret("nobody", "s1", HOOK, secret)
+            assert {"near", "far"} <= set(await state.agents())
 
     async def test_only_https_remote_registrations_are_targets(self) -> None:
         async with self.make_store() as (relay, state):
