@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -212,6 +213,14 @@ def test_serve_refuses_a_network_listener_without_certificate_and_key(redis_url:
     assert bad.returncode != 0 and "TLS files do not load" in bad.stderr and "Traceback" not in bad.stderr
     stray = run_relay(*base, "--tls-cert", garbage)
     assert stray.returncode != 0 and "--network-port" in stray.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = ["--network-host", "127.0.0.1", "--network-port", str(taken.getsockname()[1])]
+        certs = certificates(tmp_path)
+        tls = ["--tls-cert", certs.cert_file, "--tls-key", certs.key_file]
+        done = run_relay(*base, *busy, *tls)
+    assert done.returncode != 0 and "cannot listen on" in done.stderr and "Traceback" not in done.stderr
 
 
 async def test_mutual_tls_requires_a_client_certificate(
