@@ -75,7 +75,10 @@ class IPendingMail(Protocol):
     ``pending_for`` never changes anything: the same call answers the same until ``announced`` moves the
     agent's cursor, or mail arrives or is acknowledged. ``announced(agent, cursor)`` records that every
     envelope up to ``cursor`` (from ``pending_for``) was announced; a later ``pending_for`` lists only
-    newer ones. Raises ``BackendUnavailable`` when the store does not answer.
+    newer ones. Raises ``BackendUnavailable`` when the store does not answer. The dispatcher reads
+    ``pending_for`` only while it holds the agent's claim and calls ``announced`` right after
+    delivering, so a store whose read also announces (moves the cursor itself, ``announced`` then
+    doing nothing) serves it too.
     """
 
     async def pending_for(self, agent: str) -> PendingMail: ...

@@ -4,8 +4,9 @@
 returns at once: sends never wait for a notification. Per agent, at most one notification is in flight
 in this process (one task; a wake-up meanwhile marks the agent to be looked at again) and across
 workers (``IWebhookClaims``): only the claim holder reads what is unannounced, posts it and moves the
-cursor; after giving the claim up it looks once more, so mail whose wake-up reached a worker that
-found the claim taken rides on the next notification instead of being lost or announced twice.
+cursor. A worker that heard a wake-up and found the claim taken tries again (backing off, up to a
+second apart) until it holds the claim and looks, so mail that arrived during a notification rides on
+the next one instead of being lost or announced twice. ``pending_for`` is only read under the claim.
 Agents never wait for each other: each has its own task. ``look_at_all`` covers wake-ups that were
 missed (the subscription was just made, or made again): every registered agent is looked at once.
 
@@ -44,6 +45,8 @@ RETRY_FOR_SECONDS: Final = 60.0
 FIRST_BACKOFF_SECONDS: Final = 0.25
 MAX_BACKOFF_SECONDS: Final = 10.0
 USER_AGENT: Final = "relay-webhooks/1"
+CLAIM_RETRY_SECONDS: Final = 0.05
+MAX_CLAIM_RETRY_SECONDS: Final = 1.0
 ATTEMPT_SECONDS: Final = CONNECT_TIMEOUT + ATTEMPT_TIMEOUT
 """The longest one attempt may take, from connecting to the answer's status line."""
 
@@ -146,20 +149,20 @@ class WebhookDispatcher:
             self._again.discard(agent)
 
     async def _notify_while_new(self, agent: str) -> None:
+        wait = CLAIM_RETRY_SECONDS
         while (target := await self.targets.target(agent)) is not None:
-            if not await self.claims.claim(agent, self._holder, self.claim_seconds):
-                return  # another worker is notifying; it looks again after its notification
-            try:
-                mail = await self.mail.pending_for(agent)
-                if mail.cursor is not None:
-                    await self._deliver(target, mail)
-                    await self.mail.announced(agent, mail.cursor)
-            finally:
-                await self.claims.release(agent, self._holder)
-            # Mail that arrived meanwhile (its wake-up may have reached a worker that found the claim
-            # taken) rides on the next notification.
-            if (await self.mail.pending_for(agent)).cursor is None:
+            if await self.claims.claim(agent, self._holder, self.claim_seconds):
+                try:
+                    mail = await self.mail.pending_for(agent)
+                    if mail.cursor is not None:
+                        await self._deliver(target, mail)
+                        await self.mail.announced(agent, mail.cursor)
+                finally:
+                    await self.claims.release(agent, self._holder)
                 return
+            # Another worker is notifying, maybe about older mail only: look once it is done.
+            await asyncio.sleep(random.uniform(wait / 2, wait))
+            wait = min(wait * 2, MAX_CLAIM_RETRY_SECONDS)
 
     async def _deliver(self, target: WebhookTarget, mail: PendingMail) -> None:
         body = json.dumps(summary(mail, now_ms()), separators=(",", ":"), ensure_ascii=False)
