@@ -286,3 +286,36 @@ async def test_sighup_rotates_the_key_on_the_network_listener_and_sigterm_stops_
     finally:
         assert process.stop() == 0
     assert "Traceback" not in process.log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "rule"),
+    [
+        ("http://agents.example.net/hook", "remote.network"),
+        ("https://user:pw@agents.example.net/hook", "remote.network"),
+        ("127.0.0.1:9000", "remote.network"),
+        ("https://", "remote.network"),
+        ("https://" + "a" * 2100, "endpoint.max_len"),
+        ("", "endpoint.required"),
+    ],
+)
+async def test_hostile_remote_endpoints_are_refused_precisely(
+    listener: Listener, endpoint: str, rule: str
+) -> None:
+    agent = unique("hostile")
+    async with listener.http() as http:
+        result = await call_tool(
+            http,
+            listener.url,
+            listener.headers(agent),
+            "RegisterAgentAddress",
+            {"provider": "remote", "endpoint": endpoint},
+        )
+    assert result["isError"]
+    error = json.loads(result["content"][0]["text"])["error"]
+    assert error["code"] == "invalid_address", error
+    [violation] = error["violations"]
+    assert (violation["field"], violation["rule"]) == ("endpoint", rule)
+    assert "webhook_secret" not in json.dumps(result)
+    inspected = run_relay("inspect", agent, "--redis-url", _redis_of(listener), "--json")
+    assert '"registered": true' not in inspected.stdout  # nothing was stored
