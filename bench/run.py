@@ -15,6 +15,8 @@ append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopba
     ``SendAgentMessage``, and per 16 messages one ``FetchAgentInbox`` (limit 16) and one
     ``AcknowledgeAgentInbox``. The ceiling: a no-op tool on the same workers, same agents, same clients.
 memory: Redis bytes per queued envelope (300-byte text) against a raw 300-byte stream entry.
+network: the network listener's figures (``bench/network.py``): ``webhook_p99_ms`` (send -> verified
+    webhook notification, 100 remote agents) and ``mcp_tls_ratio`` (MCP calls over TLS / plain loopback).
 
 Every relay message carries a unique id in its text; the bench counts deliveries per id and reports
 lost (sent but never acknowledged) and duplicated (delivered again after its acknowledgement) messages.
@@ -670,6 +672,10 @@ async def bench(args: argparse.Namespace) -> int:
                 figures[f"ceiling_{nworkers}w_{agents}a_calls_per_s"] = round(noop_r.median_call_rate)
                 figures[f"mcp_ratio_{config}"] = round(mcp_ratios[config], 2)
             figures["mcp_ceiling_ratio"] = round(min(mcp_ratios.values()), 2)
+        if not args.skip_network:
+            from network import network_phases  # bench/network.py: this script's directory is on sys.path
+
+            figures.update(await network_phases(server.url, tmp, rounds, mcp_duration))
         if args.cluster:
             key_file = tmp / "relay.key"
             if not key_file.exists():
@@ -730,6 +736,7 @@ def main() -> int:
     parser.add_argument("--mode", default="auto", choices=["auto", "legacy"], help="MCP client mode")
     parser.add_argument("--skip-mcp", action="store_true", help="only (a), (b) and memory")
     parser.add_argument("--skip-core", action="store_true", help="only (c) and its ceiling (profiling)")
+    parser.add_argument("--skip-network", action="store_true", help="no webhook / MCP-over-TLS figures")
     parser.add_argument(
         "--cluster",
         action="store_true",

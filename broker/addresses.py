@@ -145,7 +145,11 @@ class ClaudeCodeAddress(Address):
 
 @dataclass(frozen=True, slots=True)
 class RemoteAddress(Address):
-    """An agent on another machine: a non-loopback ``host:port`` or an ``https://`` URL."""
+    """An agent on another machine: a non-loopback ``host:port`` or an ``https://`` URL.
+
+    An ``https://`` URL is where webhook notifications go; its host may be any name or address here,
+    because where a notification may go is decided on every delivery, after DNS resolution (loopback and
+    private addresses only with ``relay serve --webhook-allow-private``)."""
 
     provider: ClassVar[str] = "remote"
     tier: ClassVar[Tier] = Tier.NETWORK
@@ -170,7 +174,8 @@ class RemoteAddress(Address):
             _check_unambiguous(endpoint, host, port)
             if port is None:
                 host = None
-        if host is None or not _is_host(host) or is_loopback_host(host) or _is_unspecified(host):
+        loopback = host is not None and is_loopback_host(host) and not endpoint.startswith("https://")
+        if host is None or not _is_host(host) or loopback or _is_unspecified(host):
             raise InvalidAddress(
                 "endpoint",
                 "remote.network",
@@ -187,6 +192,11 @@ def default_providers() -> Providers:
 def host_providers() -> Providers:
     """What the agent MCP endpoint accepts: host-tier addresses only."""
     return Providers([ClaudeCodeAddress])
+
+
+def network_providers() -> Providers:
+    """What the agent MCP endpoint of the network listener accepts: network-tier addresses only."""
+    return Providers([RemoteAddress])
 
 
 def _split_host_port(endpoint: str) -> tuple[str | None, int | None]:

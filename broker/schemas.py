@@ -151,6 +151,11 @@ REGISTRATION: Final[dict[str, Any]] = {
             "type": "string",
             "description": "The session this registration replaced, when it replaced one",
         },
+        "webhook_secret": {
+            "type": "string",
+            "description": "Network listener, https:// endpoint: the Standard Webhooks secret (whsec_...) "
+            "mail-pending notifications to it are signed with; new on every registration",
+        },
     },
     "required": ["agent", "session", "provider", "endpoint", "tier", "registered_at", "updated_at"],
 }

@@ -31,6 +31,7 @@ from broker.relay import Relay
 from relay import logs
 from relay.commands.keys import data_key_file, ensure_key_file
 from relay.http_limits import allow_open_files, protocol_for
+from relay.network import check_network, network_server, start_webhooks
 from relay.settings import ServeSettings, SettingsError
 
 log = logging.getLogger("relay.serve")
@@ -49,6 +50,7 @@ def run(settings: ServeSettings) -> int:
     logs.configure(settings.log_format, settings.log_level)
     _check_listen_address(settings)
     allow_open_files(settings.max_connections)
+    check_network(settings)
     settings, key_file = _with_key_file(settings)
     keyring = load_key_file(key_file)
     embedded: EmbeddedRedis | None = None
@@ -126,18 +128,27 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             timeout_keep_alive=settings.idle_timeout,  # type: ignore[arg-type]
         )
         server = uvicorn.Server(config)
-        _answer_parked_polls_on_exit(server, connection.wakeups.stop_waiting)
+        servers = [server]
+        dispatcher = None
+        if settings.network_port is not None and keyring is not None:
+            webhooks, dispatcher = start_webhooks(settings, connection, relay.metrics.registry)
+            servers.append(network_server(settings, relay, keyring, webhooks, config))
+        _answer_parked_polls_on_exit(servers, connection.wakeups.stop_waiting)
         if settings.agent_mcp_key_file is not None and hasattr(signal, "SIGHUP"):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, app, settings)
+            apps: list[object] = [app, *(each.config.app for each in servers[1:])]
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, apps, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
         log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
         watch = asyncio.create_task(_watch_store(relay, url))
         try:
-            await server.serve()
-            if server.force_exit:
-                await _finish_forced_stop(server)
+            await asyncio.gather(*(each.serve() for each in servers))
+            for each in servers:
+                if each.force_exit:
+                    await _finish_forced_stop(each)
         finally:
             watch.cancel()
+            if dispatcher is not None:
+                await dispatcher.close()
     log.info("relay stopped")
 
 
@@ -185,11 +196,13 @@ def _with_key_file(settings: ServeSettings) -> tuple[ServeSettings, Path]:
     return settings.model_copy(update={"agent_mcp_key_file": path}), path
 
 
-def _answer_parked_polls_on_exit(server: uvicorn.Server, stop_waiting: Callable[[], None]) -> None:
+def _answer_parked_polls_on_exit(servers: list[uvicorn.Server], stop_waiting: Callable[[], None]) -> None:
     """On SIGINT/SIGTERM, answer parked long-polls at once (uvicorn drains in-flight requests before
-    the relay closes, and a parked poll would hold the drain for its whole wait)."""
+    the relay closes, and a parked poll would hold the drain for its whole wait). Every server stops:
+    each installs its own signal handlers, and only the last installed receives the signal."""
     loop = asyncio.get_running_loop()
-    handle_exit = server.handle_exit
+    server = servers[0]
+    handlers = [each.handle_exit for each in servers]
 
     def exiting(sig: int, frame: FrameType | None) -> None:
         # (logged from the loop, not from inside the signal handler)
@@ -202,23 +215,27 @@ def _answer_parked_polls_on_exit(server: uvicorn.Server, stop_waiting: Callable[
                 GRACEFUL_SHUTDOWN_SECONDS,
             )
         loop.call_soon_threadsafe(stop_waiting)
-        handle_exit(sig, frame)
+        for handle_exit in handlers:
+            handle_exit(sig, frame)
 
-    server.handle_exit = exiting  # type: ignore[method-assign]
+    for each in servers:
+        each.handle_exit = exiting  # type: ignore[method-assign]
 
 
-def _reload_key_file(app: object, settings: ServeSettings) -> None:
-    """SIGHUP: read the key file again and verify with it from the next request on. A file that does
-    not load (bad permissions, a malformed line, ...) is refused and the keys in use stay."""
-    auth = getattr(getattr(app, "state", None), "agent_auth", None)
-    if auth is None or settings.agent_mcp_key_file is None:
+def _reload_key_file(apps: list[object], settings: ServeSettings) -> None:
+    """SIGHUP: read the key file again and verify with it from the next request on, on every
+    listener. A file that does not load (bad permissions, a malformed line, ...) is refused and the
+    keys in use stay."""
+    auths = [getattr(getattr(app, "state", None), "agent_auth", None) for app in apps]
+    if None in auths or settings.agent_mcp_key_file is None:
         return
     try:
         keyring = load_key_file(settings.agent_mcp_key_file)
     except (KeyFileError, OSError) as exc:
         log.error("key file not reloaded, the keys in use stay: %s", exc)
         return
-    auth.use(keyring)
+    for auth in auths:
+        auth.use(keyring)  # type: ignore[union-attr]
     log.info("key file reloaded: signing with %s, verifying %s", keyring.signing_kid, ", ".join(keyring.kids))
 
 

@@ -127,6 +127,30 @@ class ServeSettings(StoreSettings):
         description="answer a send, acknowledgement or registration only once this many replicas hold it "
         "(Redis WAIT); 0 = do not wait",
     )
+    network_host: str = Field(
+        "0.0.0.0", description="address of the network listener (only with --network-port)"
+    )
+    network_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="open the network listener (/mcp/agent over HTTPS, network tokens and remote addresses "
+        "only) on this port; needs --tls-cert and --tls-key",
+    )
+    tls_cert: Path | None = Field(None, description="PEM certificate (chain) of the network listener")
+    tls_key: Path | None = Field(None, description="PEM private key of the network listener")
+    tls_client_ca: Path | None = Field(
+        None, description="PEM CA bundle: the network listener then requires client certificates it signed"
+    )
+    webhook_allow_private: bool = Field(
+        False,
+        description="deliver webhooks to loopback, private and link-local addresses too (local testing only)",
+    )
+    webhook_ca_file: Path | None = Field(
+        None,
+        description="PEM CA bundle webhook endpoints' certificates are verified against (default: the "
+        "system store)",
+    )
 
     @property
     def http_limits(self) -> limits.HttpLimits:
@@ -166,6 +190,16 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> N
     for name, field in model.model_fields.items():
         default = field.get_default()
         shown = "" if default is None else f", default {default}"
+        if field.annotation is bool:  # a switch: given means true, absent leaves the environment's
+            parser.add_argument(
+                option(name),
+                dest=name,
+                action="store_const",
+                const=True,
+                default=None,
+                help=f"{field.description} [{variable(name)}=true]",
+            )
+            continue
         choices = _choices(field.annotation)
         parser.add_argument(
             option(name),

@@ -349,7 +349,7 @@ def test_a_cached_token_is_checked_again_on_every_call() -> None:
     assert ring.verify(token, AGENT, SESSION, now=NOW + 59, audience="loopback").expires_at == NOW + 60
 
 
-def test_an_audience_claim_is_verified_when_present() -> None:
+def test_a_token_is_accepted_only_by_the_audience_it_names() -> None:
     ring = KeyRing([new_key()])
     scoped = ring.mint(AGENT, SESSION, now=NOW, audience="loopback")
     assert json.loads(unb64(scoped.split(".")[2]))["aud"] == "loopback"
@@ -357,7 +357,9 @@ def test_an_audience_claim_is_verified_when_present() -> None:
     assert cause_of(ring, scoped) == "wrong_audience"  # a verifier that serves no audience
     assert cause_of(ring, scoped, audience="network") == "wrong_audience"
     unscoped = ring.mint(AGENT, SESSION, now=NOW)
-    assert ring.verify(unscoped, AGENT, SESSION, now=NOW, audience="loopback").agent == AGENT
+    assert ring.verify(unscoped, AGENT, SESSION, now=NOW).agent == AGENT
+    # a token without an audience (a host token) is refused where the verifier serves one
+    assert cause_of(ring, unscoped, audience="network") == "wrong_audience"
 
 
 def test_header_mismatch() -> None:

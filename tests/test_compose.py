@@ -83,7 +83,7 @@ def published(service: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 
 def test_the_stack_is_redis_two_workers_and_prometheus() -> None:
-    assert set(DEFAULT) == {"redis", "prometheus", *WORKERS}
+    assert set(DEFAULT) == {"redis", "prometheus", "network-tls", *WORKERS}
     assert len(WORKERS) == 2
     for service in WORKERS.values():
         build = service["build"]
@@ -103,6 +103,19 @@ def test_redis_persists_append_only_on_a_named_volume_with_a_healthcheck() -> No
     assert "ports" not in redis, (
         "Redis stays on the compose network (use `docker compose exec redis redis-cli`)"
     )
+
+
+def test_one_worker_runs_the_network_listener_with_the_certificate_made_at_start_up() -> None:
+    network = {name: worker_settings(s) for name, s in WORKERS.items() if worker_settings(s).network_port}
+    assert list(network) == ["relay-a"]
+    settings, service = network["relay-a"], WORKERS["relay-a"]
+    assert service["depends_on"]["network-tls"]["condition"] == "service_completed_successfully"
+    volume, _, target = service["volumes"][0].partition(":")
+    assert volume in COMPOSE["volumes"] and DEFAULT["network-tls"]["volumes"] == [f"{volume}:/tls"]
+    mounted = PurePosixPath(target.removesuffix(":ro"))
+    assert settings.tls_cert == Path(mounted / "cert.pem") and settings.tls_key == Path(mounted / "key.pem")
+    made = " ".join(DEFAULT["network-tls"]["command"])
+    assert "/tls/cert.pem" in made and "/tls/key.pem" in made and "${RELAY_UID:-1000}" in made
 
 
 def test_each_worker_command_is_accepted_by_relay_serve() -> None:
@@ -128,9 +141,11 @@ def test_keys_ports_and_scrape_targets_line_up() -> None:
         assert secrets[secret["source"]] == {"file": "./relay.key"}
         assert settings.agent_mcp_key_file == Path(secret["target"]), name
         assert PurePosixPath(secret["target"]).is_absolute()
-        ((ip, host_port, container_port),) = published(service)
-        assert ip == "127.0.0.1" and container_port == settings.port, name
-        host_ports.append(host_port)
+        ports = published(service)
+        wanted = {settings.port} | ({settings.network_port} if settings.network_port else set())
+        assert {container for _, _, container in ports} == wanted, name
+        assert all(ip == "127.0.0.1" for ip, _, _ in ports), name
+        host_ports.extend(host for _, host, _ in ports)
         targets.append(f"{name}:{settings.port}")
         assert service["user"] == "${RELAY_UID:-1000}:${RELAY_GID:-1000}", "the key file owner must run it"
     assert len(set(host_ports)) == len(host_ports), "each worker needs its own published port"

@@ -46,6 +46,7 @@ class MemoryRegistry:
                 updated_at=now,
             )
         self.state.registrations[agent] = registration
+        self.state.webhook_secrets.pop(agent, None)
         self.state.inboxes.setdefault(agent, MemoryInbox())
         superseded = previous.session if previous is not None and previous.session != session else None
         if superseded is not None:

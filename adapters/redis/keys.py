@@ -20,7 +20,8 @@ class Keys:
     prefix: str = DEFAULT_PREFIX
 
     def registration(self, agent: str) -> str:
-        """Hash: provider, endpoint, tier, session, registered_at, updated_at."""
+        """Hash: provider, endpoint, tier, session, registered_at, updated_at; webhook_secret when a
+        webhook endpoint's secret was issued for this registration."""
         return f"{self.prefix}:agent:{{{agent}}}"
 
     def inbox(self, agent: str) -> str:
@@ -34,6 +35,14 @@ class Keys:
     def rate(self, agent: str) -> str:
         """String: the sender's rate-limit state."""
         return f"{self.prefix}:rate:{{{agent}}}"
+
+    def webhook(self, agent: str) -> str:
+        """Hash: ``cursor``, the stream entry id of the newest envelope a notification announced."""
+        return f"{self.prefix}:webhook:{{{agent}}}"
+
+    def webhook_claim(self, agent: str) -> str:
+        """String (with expiry): the worker notifying ``agent`` now."""
+        return f"{self.prefix}:webhook-claim:{{{agent}}}"
 
     def wake_channel(self) -> str:
         """Pub/sub channel: the send, requeue and register scripts publish the agent id here."""

@@ -111,3 +111,6 @@ class Scripts:
         self.requeue = Script.named("requeue")
         self.inspect = Script.named("inspect")
         self.locate = Script.named("locate")
+        self.webhook_secret = Script.named("webhook_secret")
+        self.webhook_pending = Script.named("webhook_pending")
+        self.webhook_release = Script.named("webhook_release")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -78,6 +78,8 @@ class Wakeups:
         self._waiters: dict[str, set[Parked]] = {}
         self._total = 0
         self._task: asyncio.Task[None] | None = None
+        self._watchers: list[Callable[[str], None]] = []
+        self._on_subscribed: list[Callable[[], None]] = []
         self.subscribed = False
         self.closed = False
 
@@ -107,6 +109,16 @@ class Wakeups:
             self._task = asyncio.get_running_loop().create_task(self._subscribe_forever())
         return parked
 
+    def watch(self, callback: Callable[[str], None], subscribed: Callable[[], None] | None = None) -> None:
+        """Call ``callback(agent)`` for every wake-up from now on, and ``subscribed()`` whenever the
+        subscription is made or made again (wake-ups published before may have been missed); both
+        must return at once. Starts the subscriber."""
+        self._watchers.append(callback)
+        if subscribed is not None:
+            self._on_subscribed.append(subscribed)
+        if self._task is None and not self.closed:
+            self._task = asyncio.get_running_loop().create_task(self._subscribe_forever())
+
     def unpark(self, parked: Parked) -> None:
         mine = self._waiters.get(parked.agent)
         if mine is None or parked not in mine:
@@ -117,6 +129,8 @@ class Wakeups:
             del self._waiters[parked.agent]
 
     def wake(self, agent: str) -> None:
+        for callback in self._watchers:
+            callback(agent)
         for parked in self._waiters.get(agent, ()):
             if not parked.future.done():
                 parked.future.set_result(True)
@@ -177,6 +191,8 @@ class Wakeups:
                     elif kind == "subscribe":
                         self.subscribed = True
                         self.wake_all()  # anything published before this moment: look again
+                        for subscribed in self._on_subscribed:
+                            subscribed()
         finally:
             await client.aclose()
 

@@ -3,6 +3,10 @@
 Routes: ``/mcp/agent`` (MCP over streamable HTTP, stateless JSON mode, behind agent auth),
 ``/metrics`` (Prometheus text of the relay's registry), ``/healthz`` (process up) and ``/readyz``
 (Redis reachable). The relay's lifecycle stays with the caller: the front owns no storage.
+
+Built as the network listener's front (``NetworkListener``), it serves ``/mcp/agent`` for network
+tokens and ``remote`` addresses only, ``/healthz`` and ``/readyz``; ``/metrics`` stays on the loopback
+listener.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -21,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from broker.addresses import network_providers
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
 from broker.front.limits import (
@@ -31,13 +37,23 @@ from broker.front.limits import (
 )
 from broker.front.paths import MCP_PATH
 from broker.front.server import build_mcp_server
-from broker.front.tokens import KeyRing
+from broker.front.tokens import NETWORK_AUDIENCE, KeyRing
+from broker.front.tools import relay_tools
 from broker.relay import Relay
+from broker.webhooks import IWebhookTargets
 
 log = logging.getLogger("relay.front")
 
 READY_TIMEOUT = 2.0
 METRICS_REFRESH_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkListener:
+    """Build the front of the network listener; ``webhooks`` issues the secrets of webhook
+    registrations."""
+
+    webhooks: IWebhookTargets | None = None
 
 
 def create_app(
@@ -47,6 +63,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     allowed_hosts: Sequence[str] | None = None,
     before_metrics: Callable[[], Awaitable[None]] | None = None,
+    network: NetworkListener | None = None,
 ) -> FastAPI:
     """Build the front for a running ``relay``.
 
@@ -58,12 +75,14 @@ def create_app(
             sequence turns the check off (e.g. behind a proxy).
         before_metrics: awaited before each ``/metrics`` render (e.g. refreshing gauges computed from
             Redis), within ``METRICS_REFRESH_TIMEOUT``; a failure is logged and the scrape still served.
+        network: serve as the network listener (see the module docstring).
     """
     manager = None
     hosts = LOOPBACK_NAMES if allowed_hosts is None else frozenset(allowed_hosts)
     if keyring is not None:
+        tools = None if network is None else relay_tools(relay, network_providers(), network.webhooks)
         manager = StreamableHTTPSessionManager(
-            app=build_mcp_server(relay),
+            app=build_mcp_server(relay, base_tools=tools),
             json_response=True,
             stateless=True,
             # Host and Origin are matched exactly by HostCheck (the SDK's patterns match by prefix)
@@ -97,6 +116,23 @@ def create_app(
             {"status": "unavailable", "reason": "the message store does not answer"}, status_code=503
         )
 
+    if network is None:
+        _add_metrics_route(app, relay, before_metrics)
+    if manager is not None and keyring is not None:
+        # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
+        # Authentication before the body is read: a stranger's body is never waited for
+        body = BodyGuard(manager.handle_request, max_bytes=max_body_bytes)
+        audience = None if network is None else NETWORK_AUDIENCE
+        auth = AgentAuthMiddleware(body, keyring, audience=audience)
+        app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
+        endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth
+        app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
+    return app
+
+
+def _add_metrics_route(
+    app: FastAPI, relay: Relay[AgentMessage], before_metrics: Callable[[], Awaitable[None]] | None
+) -> None:
     @app.get("/metrics")
     async def metrics() -> Response:
         if before_metrics is not None:
@@ -106,16 +142,6 @@ def create_app(
                 reason = " ".join(f"{type(exc).__name__}: {exc}".split())
                 log.warning("metrics refresh failed (%s); serving the last figures", reason[:300])
         return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    if manager is not None and keyring is not None:
-        # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
-        # Authentication before the body is read: a stranger's body is never waited for
-        body = BodyGuard(manager.handle_request, max_bytes=max_body_bytes)
-        auth = AgentAuthMiddleware(body, keyring)
-        app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
-        endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth
-        app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
-    return app
 
 
 class PostOnly:

@@ -26,10 +26,12 @@ class AgentAuthMiddleware:
     MCP SDK uses to bind sessions to their caller); any other gets 401 with a JSON-RPC error body.
     """
 
-    def __init__(self, app: ASGIApp, keyring: KeyRing) -> None:
+    def __init__(self, app: ASGIApp, keyring: KeyRing, *, audience: str | None = None) -> None:
         self.app = app
         self.keyring = keyring
         """Replaced as a whole by ``use`` (a key ring is immutable): each request reads it once."""
+        self.audience = audience
+        """The listener's audience: only tokens minted for it pass (``broker.front.tokens``)."""
 
     def use(self, keyring: KeyRing) -> None:
         """Verify with ``keyring`` from the next request on (a reloaded key file): tokens of keys it
@@ -49,7 +51,9 @@ class AgentAuthMiddleware:
                 wanted[lowered] = bytes(value).decode("latin-1").strip()
         try:
             token = bearer_token(wanted[b"authorization"])
-            identity = self.keyring.verify(token, wanted[b"x-csf-agent-id"], wanted[b"x-csf-session-id"])
+            identity = self.keyring.verify(
+                token, wanted[b"x-csf-agent-id"], wanted[b"x-csf-session-id"], audience=self.audience
+            )
         except AuthError as exc:
             client = scope.get("client")
             log.info(

@@ -48,10 +48,16 @@ INSTRUCTIONS: Final = (
 )
 
 
-def build_mcp_server(relay: Relay[AgentMessage], *, extra_tools: Sequence[AgentTool] = ()) -> Server[Any]:
-    """A fresh MCP server exposing the four tools on ``relay`` (plus ``extra_tools``, served the same
-    way); one per app, since the SDK's session manager can run only once."""
-    tools = {tool.name: tool for tool in (*relay_tools(relay), *extra_tools)}
+def build_mcp_server(
+    relay: Relay[AgentMessage],
+    *,
+    extra_tools: Sequence[AgentTool] = (),
+    base_tools: Sequence[AgentTool] | None = None,
+) -> Server[Any]:
+    """A fresh MCP server exposing the four tools on ``relay`` (or ``base_tools``), plus ``extra_tools``
+    served the same way; one per app, since the SDK's session manager can run only once."""
+    base = relay_tools(relay) if base_tools is None else base_tools
+    tools = {tool.name: tool for tool in (*base, *extra_tools)}
     listing = ListToolsResult(
         tools=[
             Tool(

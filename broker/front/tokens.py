@@ -15,7 +15,9 @@ used), the signature is compared in constant time (PyJWT's ``hmac.compare_digest
 is checked strictly after the signature verified: a signed token with a missing, extra or mistyped
 claim is refused as well. ``exp`` and ``iat`` are checked by relay (``CLOCK_SKEW_SECONDS`` of grace
 for a minting host's clock running ahead), so that the verified-token cache checks them on every hit.
-An ``aud`` claim, when present, must equal the audience the verifier serves.
+A token's ``aud`` claim must equal the audience of the listener that verifies it: a token without one
+is for a listener that serves none (the loopback listener), and one with ``aud`` = ``NETWORK_AUDIENCE``
+only for the network listener, so a token minted for one listener is refused by the other.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ MAX_TOKEN_CHARS: Final = 4096
 MAX_TTL_SECONDS: Final = 31_536_000
 DEFAULT_TTL_SECONDS: Final = 86_400
 CLOCK_SKEW_SECONDS: Final = 60
+NETWORK_AUDIENCE: Final = "network"
+"""The ``aud`` of tokens for the network listener (``relay agent-headers --network``)."""
 VERIFIED_CACHE_SIZE: Final = 1024
 """Verified tokens a key ring remembers (the least recently used goes first)."""
 MAX_CACHED_TOKEN_CHARS: Final = 1024
@@ -258,7 +262,8 @@ class KeyRing:
         audience: str | None = None,
     ) -> AgentIdentity:
         """The identity ``token`` proves for these headers, or ``AuthError`` naming the first failure.
-        ``audience`` is the listener's: a token that names another is refused."""
+        ``audience`` is the listener's (None for one that serves none): a token naming another audience,
+        or naming none when the listener has one, is refused."""
         if not token:
             raise AuthError("missing_authorization")
         if not agent_header:
@@ -278,7 +283,7 @@ class KeyRing:
             raise AuthError("agent_mismatch")
         if session_header != identity.session:
             raise AuthError("session_mismatch")
-        if signed.audience is not None and signed.audience != audience:
+        if signed.audience != audience:
             raise AuthError("wrong_audience")
         return identity
 
@@ -348,8 +353,15 @@ def _check_claims(claims: dict[str, object]) -> _Signed:
 
 
 def agent_headers(
-    keyring: KeyRing, agent: str, session: str, ttl: int = DEFAULT_TTL_SECONDS, now: float | None = None
+    keyring: KeyRing,
+    agent: str,
+    session: str,
+    ttl: int = DEFAULT_TTL_SECONDS,
+    now: float | None = None,
+    *,
+    audience: str | None = None,
 ) -> dict[str, str]:
-    """The three headers an agent sends on every ``/mcp/agent`` request."""
-    token = keyring.mint(agent, session, ttl, now=now)
+    """The three headers an agent sends on every ``/mcp/agent`` request (of the listener that serves
+    ``audience``)."""
+    token = keyring.mint(agent, session, ttl, now=now, audience=audience)
     return {"Authorization": f"Bearer {token}", AGENT_HEADER: agent, SESSION_HEADER: session}

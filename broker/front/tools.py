@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Final
 from mcp.types import CallToolResult
 
 from broker import schemas
-from broker.addresses import host_providers
+from broker.addresses import Providers, host_providers
 from broker.agent_message import AgentMessage
 from broker.envelope import Envelope, format_time
 from broker.errors import InternalError, InvalidArgument, RelayError, json_type
@@ -24,6 +24,7 @@ from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
 from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, Relay
 from broker.text import shown
+from broker.webhooks import IWebhookTargets, is_webhook_endpoint, new_secret
 
 log = logging.getLogger("relay.front")
 
@@ -99,9 +100,25 @@ class RegisterAgentAddress(RelayTool):
     input_schema = schemas.REGISTER_ARGUMENTS
     output_schema = schemas.REGISTRATION
 
-    def __init__(self, relay: Relay[AgentMessage]) -> None:
+    NETWORK_DESCRIPTION: ClassVar[str] = (
+        "Register where this agent can be reached. Call once per session and again after every "
+        "restart. Only network addresses are accepted here: provider 'remote' with endpoint an "
+        "'https://' URL (relay then POSTs signed mail-pending notifications there; the result's "
+        "webhook_secret verifies them) or a non-loopback 'host:port'. Registering from a new session "
+        "supersedes the old one and keeps the inbox."
+    )
+
+    def __init__(
+        self,
+        relay: Relay[AgentMessage],
+        providers: Providers | None = None,
+        webhooks: IWebhookTargets | None = None,
+    ) -> None:
         super().__init__(relay)
-        self.providers = host_providers()
+        self.providers = providers if providers is not None else host_providers()
+        self.webhooks = webhooks
+        if providers is not None:
+            self.description = self.NETWORK_DESCRIPTION
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         address = self.providers.parse(_string(arguments, "provider"), _string(arguments, "endpoint"))
@@ -109,7 +126,12 @@ class RegisterAgentAddress(RelayTool):
         reg = done.registration
         outcome = "created" if done.created else "updated"
         log.info("registered", extra={"agent": reg.agent, "tier": reg.tier.label, "outcome": outcome})
-        return tool_result(schemas.registration_result(done))
+        result = schemas.registration_result(done)
+        if self.webhooks is not None and is_webhook_endpoint(reg.provider, reg.endpoint):
+            secret = new_secret()
+            if await self.webhooks.set_secret(reg.agent, reg.session, reg.endpoint, secret):
+                result["webhook_secret"] = secret
+        return tool_result(result)
 
 
 class SendAgentMessage(RelayTool):
@@ -256,10 +278,15 @@ class AcknowledgeAgentInbox(RelayTool):
         return tool_result({"acknowledged": list(done.acknowledged), "unknown": list(done.unknown)})
 
 
-def relay_tools(relay: Relay[AgentMessage]) -> list[AgentTool]:
-    """The four agent tools over ``relay``."""
+def relay_tools(
+    relay: Relay[AgentMessage],
+    providers: Providers | None = None,
+    webhooks: IWebhookTargets | None = None,
+) -> list[AgentTool]:
+    """The four agent tools over ``relay``; registration takes ``providers`` (default: host-tier) and
+    issues webhook secrets through ``webhooks``."""
     return [
-        RegisterAgentAddress(relay),
+        RegisterAgentAddress(relay, providers, webhooks),
         SendAgentMessage(relay),
         FetchAgentInbox(relay),
         AcknowledgeAgentInbox(relay),

@@ -18,7 +18,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from broker.front.key_file import KeyFileError, load_key_file, write_key_file
 from broker.front.paths import MCP_PATH
-from broker.front.tokens import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, KeyRing, agent_headers
+from broker.front.tokens import (
+    DEFAULT_TTL_SECONDS,
+    MAX_TTL_SECONDS,
+    NETWORK_AUDIENCE,
+    KeyRing,
+    agent_headers,
+)
 from broker.ids import check_agent_id, check_session_id
 from relay.commands import UsageError, bounded_int
 from relay.settings import DataDirSettings, ServeSettings, add_options, load
@@ -110,6 +116,12 @@ def _add_token_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"token lifetime, 1..{MAX_TTL_SECONDS} (default {DEFAULT_TTL_SECONDS})",
     )
     add_options(parser, DataDirSettings)
+    parser.add_argument(
+        "--network",
+        action="store_true",
+        help="mint the token for the network listener (relay serve --network-port); only that listener "
+        "accepts it, and it accepts no other",
+    )
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -121,7 +133,8 @@ def _keygen(args: argparse.Namespace) -> int:
 def _minted_headers(args: argparse.Namespace) -> dict[str, str]:
     check_agent_id(args.agent, "--agent")
     check_session_id(args.session, "--session")
-    return agent_headers(signing_keys(args), args.agent, args.session, args.ttl)
+    audience = NETWORK_AUDIENCE if args.network else None
+    return agent_headers(signing_keys(args), args.agent, args.session, args.ttl, audience=audience)
 
 
 def signing_keys(args: argparse.Namespace) -> KeyRing:
@@ -169,6 +182,10 @@ def endpoint_url(url: str) -> str:
 
 def _mcp_config(args: argparse.Namespace) -> int:
     url = endpoint_url(args.url) if args.url is not None else default_url()
+    if args.network and not url.startswith("https://"):
+        raise UsageError(
+            f"--url {url!r}: the network listener is served over https only; pass --url https://HOST:PORT"
+        )
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", args.name):
         raise UsageError(f"--name {args.name!r}: use 1-64 letters, digits, '_' or '-'")
     entry = {"type": "http", "url": url, "headers": _minted_headers(args)}

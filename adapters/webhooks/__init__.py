@@ -1,0 +1,1 @@
+"""Webhook delivery: the SSRF-guarded client (``transport``) and the dispatcher."""

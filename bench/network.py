@@ -1,0 +1,279 @@
+"""The network tier's figures for ``bench/run.py``: webhook latency and MCP over TLS.
+
+One ``relay serve`` with both listeners (loopback HTTP and the network listener over HTTPS, a
+``trustme`` certificate) on the bench's Redis, and in the bench process an HTTPS webhook receiver on
+loopback (``--webhook-allow-private``) that verifies every notification with ``standardwebhooks``.
+
+- ``webhook_p99_ms``: 100 remote agents registered at the receiver; a host agent sends to them (8 at
+  a time, ``rounds`` passes over all agents); per envelope, the time from the start of its
+  ``SendAgentMessage`` to the verified notification naming it.
+- ``mcp_tls_ratio``: MCP tool calls per second (8 concurrent JSON-RPC clients, each a cycle of
+  ``SendAgentMessage`` to itself, ``FetchAgentInbox``, ``AcknowledgeAgentInbox``) over the network
+  listener's TLS, divided by the same on the plain loopback listener; interleaved rounds, medians.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import trustme
+import uvicorn
+from standardwebhooks import Webhook
+
+from broker.front.key_file import load_key_file
+from broker.front.tokens import NETWORK_AUDIENCE, agent_headers
+from broker.testing.polling import eventually
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENTS = 100
+CONCURRENCY = 8
+HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "mcp-protocol-version": "2025-11-25",
+}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+class _Receiver:
+    def __init__(self) -> None:
+        self.secrets: dict[str, str] = {}
+        self.arrived: dict[str, float] = {}
+        self.failures = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        now = time.perf_counter()
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        try:
+            agent = json.loads(body)["data"]["agent"]
+            data = Webhook(self.secrets[agent]).verify(body, headers)
+            for envelope in data["data"]["envelopes"]:
+                self.arrived.setdefault(envelope["id"], now)
+        except Exception:
+            self.failures += 1
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@contextlib.asynccontextmanager
+async def _serving(app: Any, port: int, cert: Path, key: Path) -> AsyncIterator[None]:
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, ssl_certfile=str(cert), ssl_keyfile=str(key),
+        log_config=None, access_log=False, lifespan="off",
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            raise RuntimeError("the webhook receiver did not start")
+        await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        server.force_exit = True
+        await task
+
+
+def _start(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, cwd=ROOT)
+
+
+async def _call(http: httpx2.AsyncClient, url: str, headers: dict[str, str], name: str, args: Any) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}
+    reply = await http.post(url, content=json.dumps(body), headers={**HEADERS, **headers})
+    result = reply.json()["result"]
+    if result.get("isError"):
+        raise RuntimeError(f"{name} failed: {result}")
+    return result["structuredContent"]
+
+
+async def network_phases(redis_url: str, tmp: Path, rounds: int, duration: float) -> dict[str, Any]:
+    """Run both phases against a fresh ``relay serve``; returns the figures."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("localhost", "127.0.0.1")
+    cert, key, ca_file = tmp / "net-cert.pem", tmp / "net-key.pem", tmp / "net-ca.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    key_file = tmp / "relay.key"
+    if not key_file.exists():
+        from broker.front.tokens import generate_key
+
+        key_file.write_text(generate_key() + "\n")
+        key_file.chmod(0o600)
+    port, network_port = _free_port(), _free_port()
+    cmd = [sys.executable, "-m", "relay", "serve", "--redis-url", redis_url, "--port", str(port)]
+    cmd += ["--agent-mcp-key-file", str(key_file), "--log-level", "warning", "--network-host", "127.0.0.1"]
+    cmd += ["--network-port", str(network_port), "--tls-cert", str(cert), "--tls-key", str(key)]
+    cmd += ["--webhook-allow-private", "--webhook-ca-file", str(ca_file)]
+    proc = _start(cmd)
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    keyring = load_key_file(key_file)
+    plain_url = f"http://127.0.0.1:{port}/mcp/agent"
+    tls_url = f"https://127.0.0.1:{network_port}/mcp/agent"
+    limits = httpx2.Limits(max_connections=CONCURRENCY * 2)
+    try:
+        async with (
+            httpx2.AsyncClient(timeout=30, limits=limits) as plain,
+            httpx2.AsyncClient(timeout=30, verify=context, limits=limits) as tls,
+        ):
+            for _ in range(600):
+                with contextlib.suppress(httpx2.HTTPError):
+                    if (await plain.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                        with contextlib.suppress(httpx2.HTTPError):
+                            await tls.get(f"https://127.0.0.1:{network_port}/healthz")
+                            break
+                await asyncio.sleep(0.05)
+            figures = await _webhooks(keyring, plain, plain_url, tls, tls_url, cert, key, rounds)
+            figures.update(await _tls_ratio(keyring, plain, plain_url, tls, tls_url, rounds, duration))
+            return figures
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _webhooks(
+    keyring: Any, plain: Any, plain_url: str, tls: Any, tls_url: str, cert: Path, key: Path, rounds: int
+) -> dict[str, Any]:
+    receiver, port = _Receiver(), _free_port()
+    hook = f"https://127.0.0.1:{port}/hook"
+    run = f"{time.time_ns() % 10**9}"
+    agents = [f"wh{run}-{i}" for i in range(AGENTS)]
+    async with _serving(receiver, port, cert, key):
+        for agent in agents:
+            headers = agent_headers(keyring, agent, "s1", 3600, audience=NETWORK_AUDIENCE)
+            address = {"provider": "remote", "endpoint": hook}
+            reg = await _call(tls, tls_url, headers, "RegisterAgentAddress", address)
+            receiver.secrets[agent] = reg["webhook_secret"]
+        sender = agent_headers(keyring, f"whsend{run}", "s1", 3600)
+        register = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
+        await _call(plain, plain_url, sender, "RegisterAgentAddress", register)
+        started: dict[str, float] = {}
+        answered: dict[str, float] = {}
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        for _ in range(rounds):
+            for agent in agents:
+                queue.put_nowait(agent)
+
+        async def sending() -> None:
+            while not queue.empty():
+                agent = queue.get_nowait()
+                began = time.perf_counter()
+                message = {"to": agent, "message": {"kind": 1, "text": "ping"}}
+                sent = await _call(plain, plain_url, sender, "SendAgentMessage", message)
+                started[sent["id"]], answered[sent["id"]] = began, time.perf_counter()
+
+        await asyncio.gather(*(sending() for _ in range(CONCURRENCY)))
+        with contextlib.suppress(AssertionError):  # what never arrives is reported as missing
+            await eventually(lambda: started.keys() <= receiver.arrived.keys(), 30, "notifications")
+    latencies = [(receiver.arrived[i] - t) * 1000 for i, t in started.items() if i in receiver.arrived]
+    after = [(receiver.arrived[i] - t) * 1000 for i, t in answered.items() if i in receiver.arrived]
+    sends = [(answered[i] - t) * 1000 for i, t in started.items()]
+    print(
+        f"webhooks: {len(started)} sends to {AGENTS} remote agents, {len(latencies)} announced in a verified "
+        f"notification; send -> notification p50 {_percentile(latencies, 0.5):.1f} ms, p99 "
+        f"{_percentile(latencies, 0.99):.1f} ms (the send call itself p50 {_percentile(sends, 0.5):.1f} ms; "
+        f"from its answer to the notification p50 {_percentile(after, 0.5):.1f} ms, p99 "
+        f"{_percentile(after, 0.99):.1f} ms); {receiver.failures} failed verification",
+        flush=True,
+    )
+    return {
+        "webhook_p50_ms": round(_percentile(latencies, 0.5), 1),
+        "webhook_p99_ms": round(_percentile(latencies, 0.99), 1),
+        "webhook_after_send_p99_ms": round(_percentile(after, 0.99), 1),
+        "webhook_missing": len(started) - len(latencies),
+    }
+
+
+async def _tls_ratio(
+    keyring: Any, plain: Any, plain_url: str, tls: Any, tls_url: str, rounds: int, duration: float
+) -> dict[str, Any]:
+    run = f"{time.time_ns() % 10**9}"
+
+    async def setup(network: bool) -> list[dict[str, str]]:
+        found = []
+        for k in range(CONCURRENCY):
+            agent = f"{'tls' if network else 'plain'}{run}-{k}"
+            if network:
+                headers = agent_headers(keyring, agent, "s1", 3600, audience=NETWORK_AUDIENCE)
+                address = {"provider": "remote", "endpoint": "agents.example.net:443"}
+                await _call(tls, tls_url, headers, "RegisterAgentAddress", address)
+            else:
+                headers = agent_headers(keyring, agent, "s1", 3600)
+                address = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
+                await _call(plain, plain_url, headers, "RegisterAgentAddress", address)
+            found.append(headers)
+        return found
+
+    async def phase(http: Any, url: str, agents: list[dict[str, str]]) -> float:
+        calls = 0
+        end = time.perf_counter() + duration
+
+        async def loop(headers: dict[str, str]) -> None:
+            nonlocal calls
+            me = headers["X-CSF-Agent-ID"]
+            while time.perf_counter() < end:
+                message = {"to": me, "message": {"kind": 1, "text": "x"}}
+                await _call(http, url, headers, "SendAgentMessage", message)
+                got = await _call(http, url, headers, "FetchAgentInbox", {"limit": 16})
+                ids = [e["id"] for e in got["envelopes"]]
+                await _call(http, url, headers, "AcknowledgeAgentInbox", {"ids": ids})
+                calls += 3
+
+        began = time.perf_counter()
+        await asyncio.gather(*(loop(h) for h in agents))
+        return calls / (time.perf_counter() - began)
+
+    plain_agents, tls_agents = await setup(False), await setup(True)
+    plain_rates, tls_rates = [], []
+    for _ in range(rounds):
+        plain_rates.append(await phase(plain, plain_url, plain_agents))
+        tls_rates.append(await phase(tls, tls_url, tls_agents))
+    plain_rate, tls_rate = statistics.median(plain_rates), statistics.median(tls_rates)
+    print(
+        f"MCP over TLS (network listener): {tls_rate:.0f} calls/s vs plain loopback {plain_rate:.0f} "
+        f"calls/s, {CONCURRENCY} clients, ratio {tls_rate / plain_rate:.2f}",
+        flush=True,
+    )
+    return {
+        "mcp_tls_calls_per_s": round(tls_rate),
+        "mcp_plain_calls_per_s": round(plain_rate),
+        "mcp_tls_ratio": round(tls_rate / plain_rate, 2),
+    }

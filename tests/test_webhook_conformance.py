@@ -1,0 +1,51 @@
+"""The webhook state conformance suite (``broker.testing.webhook_conformance``) on both backends."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from adapters.memory import MemoryInboxStore, MemoryRegistry
+from adapters.memory.state import MemoryState
+from adapters.memory.webhooks import MemoryWebhooks
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis.webhooks import RedisWebhooks
+from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.relay import Relay
+from broker.testing.webhook_conformance import WebhookConformance, WebhookState
+from tests.support import unique_prefix
+
+
+class TestMemoryWebhooks(WebhookConformance):
+    @contextlib.asynccontextmanager
+    async def make_store(self) -> AsyncIterator[tuple[Relay[Any], WebhookState]]:
+        state = MemoryState()
+        async with Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state)) as relay:
+            yield relay, MemoryWebhooks(state)
+
+    def body(self, n: int) -> AgentMessage:
+        return AgentMessage(kind=Kind.KIND_NOTE, text=f"message {n}")
+
+
+class TestRedisWebhooks(TestMemoryWebhooks):
+    @pytest.fixture(autouse=True)
+    def _url(self, redis_url: str) -> None:
+        self.url = redis_url
+
+    @contextlib.asynccontextmanager
+    async def make_store(self) -> AsyncIterator[tuple[Relay[Any], WebhookState]]:
+        connection = RedisConnection(RedisSettings(url=self.url, prefix=unique_prefix()))
+        relay = Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection))
+        async with relay:
+            yield relay, RedisWebhooks(connection)
+
+
+class TestRedisClusterWebhooks(TestRedisWebhooks):
+    """The same suite on a real 3-master Redis Cluster: each webhook script runs on the agent's slot."""
+
+    @pytest.fixture(autouse=True)
+    def _url(self, cluster_url: str) -> None:
+        self.url = cluster_url
