@@ -7,9 +7,9 @@ runs on one event loop, so each operation is atomic between awaits.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from broker.envelope import Tier
+from broker.envelope import Tier, from_ms
 from broker.errors import TooManyWaits
 from broker.ports import Registration
 
@@ -64,6 +64,20 @@ class MemoryState:
     """Parked fetches (and claims) of all agents together."""
     parked: dict[str, int] = field(default_factory=dict)
     """Parked fetches and claims now, per agent."""
+    seen: dict[str, int] = field(default_factory=dict)
+    """Per agent, its last registration, fetch or acknowledgement (ms)."""
+    followers: set[asyncio.Queue[tuple[str, MemoryEntry]]] = field(default_factory=set)
+    """Queues of ``MemoryOperatorView.follow`` calls: every appended entry, with its inbox's agent."""
+
+    def registration(self, agent: str) -> Registration | None:
+        """``agent``'s registration with its last-seen time, or None."""
+        found = self.registrations.get(agent)
+        seen = self.seen.get(agent)
+        return found if found is None or seen is None else replace(found, last_seen=from_ms(seen))
+
+    def appended(self, agent: str, entry: MemoryEntry) -> None:
+        for queue in self.followers:
+            queue.put_nowait((agent, entry))
 
     def park(self, agent: str) -> None:
         """Count one more parked waiter of ``agent``; raises ``TooManyWaits`` over a cap."""
