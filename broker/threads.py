@@ -2,7 +2,8 @@
 
 ``linked`` is the one definition of a thread, shared by every ``IOperatorView``: starting from an
 envelope id, follow ``in_reply_to`` up to the root (as far as the envelopes are still stored), then
-collect every envelope that answers one already collected, transitively. Ordered by time accepted.
+collect every envelope that answers one already collected, transitively. Ordered by the millisecond
+accepted, and within one millisecond every answer after what it answers.
 """
 
 from __future__ import annotations
@@ -15,12 +16,6 @@ from broker.ports import StoredEnvelope
 
 IN_REPLY_TO: Final = "in_reply_to"
 """The body field naming the envelope a message answers."""
-
-
-def order_key(envelope: StoredEnvelope) -> tuple[int, int, str]:
-    """Time accepted, then the store's sequence: the order a thread is shown in."""
-    ms, seq, _ = decode_envelope_id(envelope.envelope_id)
-    return (ms, seq, envelope.envelope_id)
 
 
 def linked(envelope_id: str, envelopes: Iterable[StoredEnvelope], limit: int = 1000) -> list[StoredEnvelope]:
@@ -37,13 +32,18 @@ def linked(envelope_id: str, envelopes: Iterable[StoredEnvelope], limit: int = 1
     ):
         seen.add(parent)
         root = parent
-    members: set[str] = set()
-    todo = [root]
+    depth: dict[str, int] = {}
+    todo = [(root, 0)]
     while todo:
-        current = todo.pop()
-        if current in members:
+        current, level = todo.pop()
+        if current in depth:
             continue
-        members.add(current)
-        todo.extend(replies.get(current, ()))
-    found = sorted((by_id[m] for m in members if m in by_id), key=order_key)
-    return found[:limit]
+        depth[current] = level
+        todo.extend((child, level + 1) for child in replies.get(current, ()))
+
+    def order(envelope: StoredEnvelope) -> tuple[int, int, int, str]:
+        # envelopes of different inboxes accepted in the same millisecond: an answer after its question
+        ms, seq, _ = decode_envelope_id(envelope.envelope_id)
+        return (ms, depth[envelope.envelope_id], seq, envelope.envelope_id)
+
+    return sorted((by_id[m] for m in depth if m in by_id), key=order)[:limit]
