@@ -120,6 +120,9 @@ class ServeSettings(StoreSettings):
         le=1_000_000,
         description="HTTP connections open at once; a further one is answered 503 and closed",
     )
+    directory: Literal["on", "off"] = Field(
+        "on", description="serve the ListAgents tool, with which agents find the registered agents"
+    )
     wait_replicas: int = Field(
         0,
         ge=0,

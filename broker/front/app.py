@@ -32,6 +32,7 @@ from broker.front.limits import (
 from broker.front.paths import MCP_PATH
 from broker.front.server import build_mcp_server
 from broker.front.tokens import KeyRing
+from broker.front.tools import DEFAULT_TOOLS, ToolOptions
 from broker.relay import Relay
 
 log = logging.getLogger("relay.front")
@@ -47,6 +48,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     allowed_hosts: Sequence[str] | None = None,
     before_metrics: Callable[[], Awaitable[None]] | None = None,
+    tool_options: ToolOptions = DEFAULT_TOOLS,
 ) -> FastAPI:
     """Build the front for a running ``relay``.
 
@@ -58,12 +60,13 @@ def create_app(
             sequence turns the check off (e.g. behind a proxy).
         before_metrics: awaited before each ``/metrics`` render (e.g. refreshing gauges computed from
             Redis), within ``METRICS_REFRESH_TIMEOUT``; a failure is logged and the scrape still served.
+        tool_options: which agent tools are served (``ListAgents``) and what they accept.
     """
     manager = None
     hosts = LOOPBACK_NAMES if allowed_hosts is None else frozenset(allowed_hosts)
     if keyring is not None:
         manager = StreamableHTTPSessionManager(
-            app=build_mcp_server(relay),
+            app=build_mcp_server(relay, tool_options=tool_options),
             json_response=True,
             stateless=True,
             # Host and Origin are matched exactly by HostCheck (the SDK's patterns match by prefix)

@@ -1,4 +1,4 @@
-"""The four agent tools: each an ``AgentTool`` over a running relay, testable on its own.
+"""The agent tools: each an ``AgentTool`` over a running relay, testable on its own.
 
 A tool has a name, a description, the JSON schemas from ``broker.schemas`` and ``run`` (verified
 caller, arguments) -> result. ``call`` is what the MCP server invokes: it refuses unknown and missing
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from mcp.types import CallToolResult
@@ -19,9 +20,17 @@ from broker import schemas
 from broker.addresses import host_providers
 from broker.agent_message import AgentMessage
 from broker.envelope import Envelope, format_time
-from broker.errors import InternalError, InvalidArgument, RelayError, json_type
+from broker.errors import (
+    InternalError,
+    InvalidArgument,
+    RelayError,
+    SessionSuperseded,
+    UnregisteredAgent,
+    json_type,
+)
 from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
+from broker.ids import check_agent_id
 from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, Relay
 from broker.text import shown
 
@@ -99,9 +108,14 @@ class RegisterAgentAddress(RelayTool):
     input_schema = schemas.REGISTER_ARGUMENTS
     output_schema = schemas.REGISTRATION
 
-    def __init__(self, relay: Relay[AgentMessage]) -> None:
+    def __init__(self, relay: Relay[AgentMessage], *, humans: bool = False) -> None:
         super().__init__(relay)
-        self.providers = host_providers()
+        self.providers = host_providers(humans=humans)
+        if humans:
+            self.description += (
+                " Provider 'human' (a person on this host; endpoint: a label such as their login name) "
+                "is accepted too."
+            )
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         address = self.providers.parse(_string(arguments, "provider"), _string(arguments, "endpoint"))
@@ -256,14 +270,60 @@ class AcknowledgeAgentInbox(RelayTool):
         return tool_result({"acknowledged": list(done.acknowledged), "unknown": list(done.unknown)})
 
 
-def relay_tools(relay: Relay[AgentMessage]) -> list[AgentTool]:
-    """The four agent tools over ``relay``."""
-    return [
-        RegisterAgentAddress(relay),
+class ListAgents(RelayTool):
+    """The registered agents the caller may write to, by id, a bounded page at a time."""
+
+    name = "ListAgents"
+    description = (
+        "List the registered agents you can send to: id, provider, tier and when each was last seen, "
+        f"ordered by id, up to `limit` (1-{schemas.MAX_LIST_AGENTS}, default {schemas.DEFAULT_LIST_AGENTS}) "
+        "per call. When `next` is in the result, call again with after = next for the following page."
+    )
+    input_schema = schemas.LIST_AGENTS_ARGUMENTS
+    output_schema = schemas.AGENTS
+
+    async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
+        limit = arguments.get("limit", schemas.DEFAULT_LIST_AGENTS)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= schemas.MAX_LIST_AGENTS:
+            raise InvalidArgument(
+                "limit", "limit.range", f"must be an integer from 1 to {schemas.MAX_LIST_AGENTS}"
+            )
+        after = arguments.get("after")
+        if after is not None:
+            check_agent_id(after, "after")
+        me = await self.relay.registration(who.agent)  # registered, from its current session
+        if me is None:
+            raise UnregisteredAgent(who.agent)
+        if me.session != who.session:
+            raise SessionSuperseded(who.agent, who.session)
+        found = await self.relay.registrations(limit + 1, after)
+        return tool_result(schemas.agents_result(found[:limit], len(found) > limit))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOptions:
+    """Which tools a front serves, and what they accept."""
+
+    directory: bool = True
+    """Serve ``ListAgents`` (``relay serve --directory off`` hides it)."""
+    humans: bool = False
+    """``RegisterAgentAddress`` accepts provider ``human`` (the listener is loopback only)."""
+
+
+DEFAULT_TOOLS: Final = ToolOptions()
+
+
+def relay_tools(relay: Relay[AgentMessage], options: ToolOptions = DEFAULT_TOOLS) -> list[AgentTool]:
+    """The agent tools over ``relay``."""
+    tools: list[AgentTool] = [
+        RegisterAgentAddress(relay, humans=options.humans),
         SendAgentMessage(relay),
         FetchAgentInbox(relay),
         AcknowledgeAgentInbox(relay),
     ]
+    if options.directory:
+        tools.append(ListAgents(relay))
+    return tools
 
 
 def tool_result(data: dict[str, Any]) -> CallToolResult:
