@@ -1,0 +1,182 @@
+"""What the shell commands (``relay agents``, ``send``, ``read``, ``tail``, ``thread``) share.
+
+- Reaching relay: ``operator_view`` opens the read-only queries (``adapters.redis.operator_view``) on
+  the Redis of ``--redis-url``; ``call_tool`` calls an agent tool through the running relay at
+  ``--url`` with headers minted from ``--key-file``, so a person's call gets every check an agent's
+  does.
+- Showing it: ``escape`` (the one terminal-safe form of agent-supplied text), ``ago``/``moment``
+  (times relative and absolute), ``table`` (aligned columns) and the envelope renderers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+from adapters.redis.connection import RedisConnection, RedisSettings
+from adapters.redis.inspect import redacted
+from adapters.redis.operator_view import RedisOperatorView
+from broker.agent_message import KIND_LABELS, AgentMessageContract
+from broker.envelope import format_ms
+from broker.errors import BackendUnavailable, InvalidArgument, RelayError, RelayNotRunning
+from broker.front.key_file import load_key_file
+from broker.front.paths import MCP_PATH
+from broker.front.tokens import agent_headers
+from broker.ports import StoredEnvelope
+from relay.claude_code import relay_http
+from relay.settings import ShellSettings, store_url
+
+TOKEN_TTL_SECONDS = 120
+"""Lifetime of the tokens the shell mints for one command."""
+_CONTRACT = AgentMessageContract()
+
+
+@contextlib.asynccontextmanager
+async def operator_view(settings: ShellSettings, command: str) -> AsyncIterator[RedisOperatorView]:
+    """The read-only operator queries on the Redis ``relay serve`` uses; Redis trouble is one
+    ``BackendUnavailable`` naming the (redacted) URL."""
+    url = store_url(settings, command)
+    view = RedisOperatorView(RedisConnection(RedisSettings(url=url)))
+    await view.open()
+    try:
+        yield view
+    except BackendUnavailable as exc:
+        raise BackendUnavailable(
+            f"cannot read Redis at {redacted(url)} ({exc.message}); is it running, and is it the one "
+            "relay serve uses?"
+        ) from exc
+    finally:
+        await view.close()
+
+
+def call_tool(
+    settings: ShellSettings, agent: str, session: str, tool: str, arguments: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Call ``tool`` as ``agent`` in ``session`` through the running relay; ``relay_http.Refused``
+    when relay refuses the call, ``InvalidArgument`` when it refuses the key, ``RelayNotRunning`` when
+    it cannot be reached."""
+    keyring = load_key_file(settings.signing_key_file)
+    headers = agent_headers(keyring, agent, session, TOKEN_TTL_SECONDS)
+    try:
+        return relay_http.call_tool(settings.url + MCP_PATH, headers, tool, arguments)
+    except relay_http.Refused as exc:
+        if exc.status == 401:
+            raise InvalidArgument(
+                "--key-file",
+                "key_file.refused",
+                f"relay at {settings.url} refused tokens signed with {settings.signing_key_file}; pass "
+                "the key file relay serve uses (--key-file or RELAY_KEY_FILE)",
+            ) from None
+        if exc.status != 200:
+            raise RelayNotRunning(
+                f"relay at {settings.url}{MCP_PATH} answered HTTP {exc.status}; is --url (RELAY_URL) a relay "
+                "serving /mcp/agent (relay serve --agent-mcp-key-file)?"
+            ) from None
+        raise
+    except relay_http.Unavailable as exc:
+        raise RelayNotRunning(
+            f"cannot reach relay at {settings.url} ({exc}); is relay serve running there "
+            "(--url or RELAY_URL)?"
+        ) from None
+
+
+def escape(text: str) -> str:
+    """``text`` safe for a terminal: every character that is not printable (control characters, the
+    ESC of ANSI sequences, bidirectional overrides, zero-width characters, line breaks) is shown as its
+    Python escape (``\\x1b``, ``\\u202e``, ``\\n``), so agent-supplied text cannot move the cursor,
+    recolour, rewrite or hide what the operator reads."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def cut(text: str, width: int) -> str:
+    """``escape(text)`` of at most ``width`` characters."""
+    shown = escape(text)
+    return shown if len(shown) <= width else shown[: width - 3] + "..."
+
+
+def duration(seconds: float) -> str:
+    """``4s``, ``3m 20s``, ``2h 5m``, ``3d 4h``."""
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
+
+
+def ago(ms: int | None, now_ms: int) -> str:
+    """``3m 20s ago``; ``-`` for None."""
+    return "-" if ms is None else f"{duration((now_ms - ms) / 1000)} ago"
+
+
+def moment(ms: int | None, now_ms: int) -> str:
+    """Relative and absolute: ``3m 20s ago (2026-12-01T23:01:02.345Z)``; ``-`` for None."""
+    return "-" if ms is None else f"{ago(ms, now_ms)} ({format_ms(ms)})"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Aligned columns (cells already escaped); numbers are right-aligned."""
+    body = [list(r) for r in rows]
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
+    numeric = [all(r[i].isdigit() for r in body) and bool(body) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in body)])
+
+
+def message_of(envelope: StoredEnvelope) -> dict[str, Any]:
+    """The envelope's body as agents get it (``kind``, ``text``, ``in_reply_to``, ``reference``), or
+    its raw fields when they are not a valid message (written by hand)."""
+    try:
+        return _CONTRACT.to_json(_CONTRACT.from_fields(envelope.fields))
+    except (RelayError, ValueError, KeyError):
+        return dict(envelope.fields)
+
+
+def envelope_json(envelope: StoredEnvelope) -> dict[str, Any]:
+    return {
+        "id": envelope.envelope_id,
+        "from": envelope.sender,
+        "to": envelope.to,
+        "tier": envelope.tier.label,
+        "sent_at": format_ms(envelope.sent_at_ms),
+        "deliveries": envelope.deliveries,
+        "message": message_of(envelope),
+    }
+
+
+def envelope_text(envelope: StoredEnvelope, now_ms: int, *, indent: str = "") -> str:
+    """An envelope as a few aligned lines: header, links, then its text with every line escaped."""
+    message = message_of(envelope)
+    kind = message.get("kind")
+    label = KIND_LABELS.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
+    head = (
+        f"{envelope.envelope_id}  {escape(envelope.sender)} -> {escape(envelope.to)}  {escape(label)}  "
+        f"{moment(envelope.sent_at_ms, now_ms)}  tier {envelope.tier.label}  "
+        f"deliveries {envelope.deliveries}"
+    )
+    lines = [indent + head]
+    for name in ("in_reply_to", "reference"):
+        if message.get(name):
+            lines.append(f"{indent}  {name.replace('_', ' ')}: {escape(str(message[name]))}")
+    text = str(message.get("text", ""))
+    lines += [f"{indent}  | {escape(part)}" for part in text.split("\n")]
+    return "\n".join(lines)
+
+
+def out(text: str) -> None:
+    """Print and flush (``relay tail`` output is read as it comes)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
