@@ -52,7 +52,12 @@ async def operator_view(settings: ShellSettings, command: str) -> AsyncIterator[
 
 
 def call_tool(
-    settings: ShellSettings, agent: str, session: str, tool: str, arguments: Mapping[str, Any]
+    settings: ShellSettings,
+    agent: str,
+    session: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    timeout: float = 15.0,
 ) -> dict[str, Any]:
     """Call ``tool`` as ``agent`` in ``session`` through the running relay; ``relay_http.Refused``
     when relay refuses the call, ``InvalidArgument`` when it refuses the key, ``RelayNotRunning`` when
@@ -60,7 +65,7 @@ def call_tool(
     keyring = load_key_file(settings.signing_key_file)
     headers = agent_headers(keyring, agent, session, TOKEN_TTL_SECONDS)
     try:
-        return relay_http.call_tool(settings.url + MCP_PATH, headers, tool, arguments)
+        return relay_http.call_tool(settings.url + MCP_PATH, headers, tool, arguments, timeout)
     except relay_http.Refused as exc:
         if exc.status == 401:
             raise InvalidArgument(
@@ -121,6 +126,16 @@ def ago(ms: int | None, now_ms: int) -> str:
 def moment(ms: int | None, now_ms: int) -> str:
     """Relative and absolute: ``3m 20s ago (2026-12-01T23:01:02.345Z)``; ``-`` for None."""
     return "-" if ms is None else f"{ago(ms, now_ms)} ({format_ms(ms)})"
+
+
+def brief(ms: int | None, now_ms: int) -> str:
+    """Relative and absolute, short, for table cells: ``3m 20s ago 23:01:02Z`` (the date too when it
+    is not today's, UTC); ``-`` for None."""
+    if ms is None:
+        return "-"
+    text = format_ms(ms)
+    absolute = text[11:19] + "Z" if text[:10] == format_ms(now_ms)[:10] else text[:16] + "Z"
+    return f"{ago(ms, now_ms)} {absolute}"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
