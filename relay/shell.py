@@ -11,14 +11,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.inspect import redacted
 from adapters.redis.operator_view import RedisOperatorView
-from broker.agent_message import KIND_LABELS, AgentMessageContract
 from broker.envelope import format_ms
 from broker.errors import BackendUnavailable, InvalidArgument, RelayError, RelayNotRunning
 from broker.front.key_file import load_key_file
@@ -28,9 +28,11 @@ from broker.ports import StoredEnvelope
 from relay.claude_code import relay_http
 from relay.settings import ShellSettings, store_url
 
+if TYPE_CHECKING:
+    from broker.agent_message import AgentMessageContract
+
 TOKEN_TTL_SECONDS = 120
 """Lifetime of the tokens the shell mints for one command."""
-_CONTRACT = AgentMessageContract()
 
 
 @contextlib.asynccontextmanager
@@ -154,8 +156,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 def message_of(envelope: StoredEnvelope) -> dict[str, Any]:
     """The envelope's body as agents get it (``kind``, ``text``, ``in_reply_to``, ``reference``), or
     its raw fields when they are not a valid message (written by hand)."""
+    contract = _contract()
     try:
-        return _CONTRACT.to_json(_CONTRACT.from_fields(envelope.fields))
+        return contract.to_json(contract.from_fields(envelope.fields))
     except (RelayError, ValueError, KeyError):
         return dict(envelope.fields)
 
@@ -174,6 +177,8 @@ def envelope_json(envelope: StoredEnvelope) -> dict[str, Any]:
 
 def envelope_text(envelope: StoredEnvelope, now_ms: int, *, indent: str = "") -> str:
     """An envelope as a few aligned lines: header, links, then its text with every line escaped."""
+    from broker.agent_message import KIND_LABELS
+
     message = message_of(envelope)
     kind = message.get("kind")
     label = KIND_LABELS.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
@@ -189,6 +194,15 @@ def envelope_text(envelope: StoredEnvelope, now_ms: int, *, indent: str = "") ->
     text = str(message.get("text", ""))
     lines += [f"{indent}  | {escape(part)}" for part in text.split("\n")]
     return "\n".join(lines)
+
+
+@functools.cache
+def _contract() -> AgentMessageContract:
+    # imported on first use: the contract loads protovalidate (about half a second), which `relay
+    # agents` and every other command that shows no message text should not pay for at start-up
+    from broker.agent_message import AgentMessageContract
+
+    return AgentMessageContract()
 
 
 def out(text: str) -> None:

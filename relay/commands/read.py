@@ -16,7 +16,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from adapters.redis.registry import RedisRegistry
-from broker.agent_message import AgentMessageContract
 from broker.envelope import Tier, format_ms, parse_ms
 from broker.ids import check_agent_id
 from broker.ports import StoredEnvelope
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 MAX_WAIT_SECONDS = 3600
 POLL_SECONDS = 0.25
 """How often ``--wait`` looks again (one read-only script call each time)."""
-_CONTRACT = AgentMessageContract()
 
 
 def register(subparsers: Subparsers) -> None:
@@ -140,14 +138,17 @@ def _fetch_and_ack(
 
 def _stored(agent: str, item: dict[str, Any]) -> StoredEnvelope:
     """One envelope of a ``FetchAgentInbox`` result, in the form the operator view returns."""
-    message = _CONTRACT.from_json(item["message"])
+    from broker.agent_message import AgentMessageContract  # loads protovalidate: only for --ack
+
+    contract = AgentMessageContract()
+    message = contract.from_json(item["message"])
     return StoredEnvelope(
         envelope_id=str(item["id"]),
         sender=str(item["from"]),
         to=agent,
         tier=Tier.from_label(str(item["tier"])),
         sent_at_ms=parse_ms(str(item["sent_at"])),
-        fields=_CONTRACT.to_fields(message),
+        fields=contract.to_fields(message),
         deliveries=int(item["deliveries"]),
         first_delivery=int(item["deliveries"]) == 1,
     )

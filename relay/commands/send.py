@@ -16,7 +16,6 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from broker.agent_message import KIND_LABELS, MAX_TEXT_BYTES
 from broker.ids import check_agent_id, is_envelope_id
 from relay.claude_code.relay_http import Refused
 from relay.commands import EXIT_RUNTIME, UsageError
@@ -44,8 +43,8 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--to", required=True, metavar="ID", help="the recipient's agent id")
     parser.add_argument(
         "--kind",
-        choices=list(KIND_LABELS.values()),
-        help="the message kind (default: reply with --reply-to, else note)",
+        metavar="note|request|reply|status",
+        help="the message kind, one of agent.proto's (default: reply with --reply-to, else note)",
     )
     parser.add_argument("--reply-to", metavar="ENVELOPE_ID", help="the envelope this message answers")
     parser.add_argument("--reference", metavar="URL", help="a pointer to related material (URL, path, id)")
@@ -59,6 +58,11 @@ def _send(args: argparse.Namespace) -> int:
     settings = load(ShellSettings, args)
     sender = check_agent_id(args.sender, "--from")
     to = check_agent_id(args.to, "--to")
+    from broker.agent_message import KIND_LABELS  # loads protovalidate: only when sending
+
+    if args.kind is not None and args.kind not in KIND_LABELS.values():
+        kinds = ", ".join(KIND_LABELS.values())
+        raise UsageError(f"--kind {escape(args.kind)[:40]!r} is not a message kind; use one of {kinds}")
     if args.reply_to is not None and not is_envelope_id(args.reply_to):
         raise UsageError(f"--reply-to {escape(args.reply_to)[:80]!r} is not an envelope id (env_...)")
     message: dict[str, Any] = {
@@ -107,6 +111,8 @@ def _refused(exc: Refused, sender: str) -> int:
 def _stdin_text() -> str:
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("give the message as TEXT, or pipe it on standard input")
+    from broker.agent_message import MAX_TEXT_BYTES
+
     raw = sys.stdin.buffer.read(MAX_TEXT_BYTES + 2)
     if len(raw) > MAX_TEXT_BYTES + 1:
         raise UsageError(f"the message on standard input is longer than {MAX_TEXT_BYTES} bytes")
