@@ -110,7 +110,7 @@ class OperatorViewConformance(ABC, Generic[Body]):
                 assert sorted(shown) == sorted([ask, *parents]) and shown[0] == ask
                 assert all(shown.index(parents[e]) < shown.index(e) for e in parents)
             assert len(await view.thread(ask, limit=2)) == 2
-            assert await view.thread("env_0000000000000000000000000a") == []
+            assert await view.thread("env_00000000000000000000000000") == []
 
     async def test_follow_sees_new_envelopes_and_counts_nothing(self) -> None:
         async with self.make_view() as (relay, view):

@@ -71,8 +71,9 @@ def _thread(args: argparse.Namespace) -> int:
     for envelope in envelopes:
         parent = envelope.fields.get(IN_REPLY_TO, "")
         depth[envelope.envelope_id] = min(depth[parent] + 1, MAX_INDENT) if parent in depth else 0
-        mark = "* " if envelope.envelope_id == args.envelope_id else ""
-        blocks.append(mark + envelope_text(envelope, now, indent="    " * depth[envelope.envelope_id]))
+        lines = envelope_text(envelope, now, indent="    " * depth[envelope.envelope_id]).split("\n")
+        mark = "* " if envelope.envelope_id == args.envelope_id else "  "  # the one asked about
+        blocks.append("\n".join([mark + lines[0], *("  " + line for line in lines[1:])]))
     print(f"thread of {args.envelope_id}: {len(envelopes)} stored envelopes, oldest first\n")
     print("\n\n".join(blocks))
     return 0
