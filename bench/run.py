@@ -15,6 +15,7 @@ append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopba
     ``SendAgentMessage``, and per 16 messages one ``FetchAgentInbox`` (limit 16) and one
     ``AcknowledgeAgentInbox``. The ceiling: a no-op tool on the same workers, same agents, same clients.
 memory: Redis bytes per queued envelope (300-byte text) against a raw 300-byte stream entry.
+people: ``relay agents`` with 1,000 registered agents and 100,000 queued envelopes (``bench/people.py``).
 
 Every relay message carries a unique id in its text; the bench counts deliveries per id and reports
 lost (sent but never acknowledged) and duplicated (delivered again after its acknowledgement) messages.
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import people  # bench/people.py: `python bench/run.py` puts bench/ first on the path
 from redis.asyncio import Redis, RedisCluster
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
@@ -670,6 +672,8 @@ async def bench(args: argparse.Namespace) -> int:
                 figures[f"ceiling_{nworkers}w_{agents}a_calls_per_s"] = round(noop_r.median_call_rate)
                 figures[f"mcp_ratio_{config}"] = round(mcp_ratios[config], 2)
             figures["mcp_ceiling_ratio"] = round(min(mcp_ratios.values()), 2)
+        if not args.skip_people:
+            figures.update(await people.bench_agents())
         if args.cluster:
             key_file = tmp / "relay.key"
             if not key_file.exists():
@@ -730,6 +734,9 @@ def main() -> int:
     parser.add_argument("--mode", default="auto", choices=["auto", "legacy"], help="MCP client mode")
     parser.add_argument("--skip-mcp", action="store_true", help="only (a), (b) and memory")
     parser.add_argument("--skip-core", action="store_true", help="only (c) and its ceiling (profiling)")
+    parser.add_argument(
+        "--skip-people", action="store_true", help="not `relay agents` with 1,000 agents (bench/people.py)"
+    )
     parser.add_argument(
         "--cluster",
         action="store_true",
