@@ -112,8 +112,9 @@ def wait(url: str, headers: Mapping[str, str], timeout_ms: int) -> Pending:
 def call_tool(
     url: str, headers: Mapping[str, str], name: str, arguments: Mapping[str, Any], timeout: float = 15.0
 ) -> dict[str, Any]:
-    """One stateless ``tools/call`` of tool ``name``; its structured result. A tool error is
-    ``Unavailable`` when relay says it is retryable, else ``Refused`` with relay's code and message."""
+    """One stateless ``tools/call`` of tool ``name``; its structured result ({} without one). A tool
+    error is ``Unavailable`` when relay says it is retryable, else ``Refused`` with relay's code and
+    message."""
     call = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -135,9 +136,7 @@ def call_tool(
         code = error.get("code") if isinstance(error, dict) else None
         raise Refused(200, code if isinstance(code, str) and code.isidentifier() else "tool_error", message)
     data = result.get("structuredContent")
-    if not isinstance(data, dict):
-        raise Unavailable("relay's tools/call answer has no structured content")
-    return data
+    return data if isinstance(data, dict) else {}
 
 
 def register(url: str, headers: Mapping[str, str], endpoint: str, timeout: float = 15.0) -> None:

@@ -1,0 +1,36 @@
+"""The one terminal-safe form of agent-supplied text (``relay.shell.escape``) and the table layout."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from relay.shell import brief, cut, duration, escape, table
+
+
+@given(st.text())
+def test_escaped_text_is_printable_and_keeps_printable_text(text: str) -> None:
+    shown = escape(text)
+    assert shown.isprintable()
+    if text.isprintable():
+        assert shown == text
+
+
+def test_terminal_controls_are_shown_not_obeyed() -> None:
+    hostile = "a\x1b[2Jb\x07c\rd\u202ee\u200bf\ng\x00h\x9bi"
+    assert escape(hostile) == "a\\x1b[2Jb\\x07c\\rd\\u202ee\\u200bf\\ng\\x00h\\x9bi"
+    assert cut("x" * 100, 10) == "xxxxxxx..." and cut("\x1b" * 3, 80) == "\\x1b" * 3
+
+
+def test_times_are_relative_and_absolute() -> None:
+    now = 1_764_630_000_000  # 2025-12-01T23:00:00Z
+    assert duration(4.9) == "4s" and duration(200) == "3m 20s" and duration(7300) == "2h 1m"
+    assert duration(3 * 86400 + 4 * 3600) == "3d 4h"
+    assert brief(now - 200_000, now) == "3m 20s ago 22:56:40Z"
+    assert brief(now - 2 * 86400_000, now) == "2d 0h ago 2025-11-29T23:00Z"
+    assert brief(None, now) == "-"
+
+
+def test_table_aligns_columns_and_right_aligns_numbers() -> None:
+    text = table(("AGENT", "INBOX"), [("a", "5"), ("longer", "120")])
+    assert text.splitlines() == ["AGENT   INBOX", "a           5", "longer    120"]
