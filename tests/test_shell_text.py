@@ -34,3 +34,24 @@ def test_times_are_relative_and_absolute() -> None:
 def test_table_aligns_columns_and_right_aligns_numbers() -> None:
     text = table(("AGENT", "INBOX"), [("a", "5"), ("longer", "120")])
     assert text.splitlines() == ["AGENT   INBOX", "a           5", "longer    120"]
+
+
+def test_the_kinds_relay_send_names_are_the_contracts() -> None:
+    from broker.agent_message import KIND_LABELS
+    from relay.cli import build_parser
+
+    usage = build_parser().parse_args(["send", "--from", "a", "--to", "b", "x"])
+    assert usage.kind is None
+    assert f"--kind {'|'.join(KIND_LABELS.values())}" in " ".join(_help("send").split())
+
+
+def _help(command: str) -> str:
+    import contextlib
+    import io
+
+    from relay.cli import build_parser
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    return out.getvalue()
