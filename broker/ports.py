@@ -15,6 +15,7 @@ from typing import Protocol
 
 from broker.addresses import Address
 from broker.envelope import Tier
+from broker.errors import SessionNotRegistered, SessionSuperseded
 
 SUPERSEDED_SESSIONS_KEPT = 32
 """Replaced sessions a registry remembers per agent, to tell ``SessionSuperseded`` (a replaced session)
@@ -34,6 +35,18 @@ class Registration:
     updated_at: datetime
     last_seen: datetime | None = None
     """The agent's last registration, fetch or acknowledgement (the store's clock); None if unknown."""
+    superseded: tuple[str, ...] = ()
+    """Sessions this registration replaced, newest first (at most ``SUPERSEDED_SESSIONS_KEPT``)."""
+
+    def check_session(self, session: str) -> None:
+        """Raise ``SessionSuperseded`` when ``session`` was replaced by the current one, and
+        ``SessionNotRegistered`` when it is neither (the rule the stores apply, for reads that go
+        through no store script)."""
+        if session == self.session:
+            return
+        if session in self.superseded:
+            raise SessionSuperseded(self.agent, session)
+        raise SessionNotRegistered(self.agent, session)
 
 
 @dataclass(frozen=True, slots=True)

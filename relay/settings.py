@@ -62,28 +62,21 @@ class StoreSettings(DataDirSettings):
         return value
 
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-KEY_FILE_NAME = "relay.key"
-
-
 class ShellSettings(StoreSettings):
     """The shell commands (``relay agents``, ``send``, ``read``, ``tail``, ``thread``)."""
 
-    url: str = Field(DEFAULT_URL, description="the running relay's base URL")
-    key_file: Path | None = Field(
-        None, description=f"signing key file (`relay keygen`); default: {KEY_FILE_NAME} in the data dir"
+    url: str | None = Field(
+        None,
+        description="the running relay's base URL; default: where relay serve listens (same environment)",
     )
+    key_file: Path | None = Field(None, description="signing key file; default: relay.key in the data dir")
 
     @field_validator("url")
     @classmethod
-    def _url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("not an http(s) URL; use e.g. http://127.0.0.1:8080")
-        return value.rstrip("/")
-
-    @property
-    def signing_key_file(self) -> Path:
-        return self.key_file if self.key_file is not None else self.data_dir / KEY_FILE_NAME
+        return None if value is None else value.rstrip("/")
 
 
 class ServeSettings(StoreSettings):

@@ -4,8 +4,8 @@
   the Redis of ``--redis-url``; ``call_tool`` calls an agent tool through the running relay at
   ``--url`` with headers minted from ``--key-file``, so a person's call gets every check an agent's
   does.
-- Showing it: ``escape`` (the one terminal-safe form of agent-supplied text), ``ago``/``moment``
-  (times relative and absolute), ``table`` (aligned columns) and the envelope renderers.
+- Showing it: ``ago``/``moment``/``brief`` (times relative and absolute), ``table`` (aligned columns)
+  and the envelope renderers; agent-supplied text goes through ``broker.text`` (the one escaping rule).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.redis.connection import RedisConnection, RedisSettings
@@ -25,7 +26,9 @@ from broker.front.key_file import load_key_file
 from broker.front.paths import MCP_PATH
 from broker.front.tokens import agent_headers
 from broker.ports import StoredEnvelope
+from broker.text import escaped
 from relay.claude_code import relay_http
+from relay.commands.keys import data_key_file, default_url
 from relay.settings import ShellSettings, store_url
 
 if TYPE_CHECKING:
@@ -64,45 +67,39 @@ def call_tool(
     """Call ``tool`` as ``agent`` in ``session`` through the running relay; ``relay_http.Refused``
     when relay refuses the call, ``InvalidArgument`` when it refuses the key, ``RelayNotRunning`` when
     it cannot be reached."""
-    keyring = load_key_file(settings.signing_key_file)
+    keyring = load_key_file(key_file(settings))
     headers = agent_headers(keyring, agent, session, TOKEN_TTL_SECONDS)
     try:
-        return relay_http.call_tool(settings.url + MCP_PATH, headers, tool, arguments, timeout)
+        return relay_http.call_tool(base_url(settings) + MCP_PATH, headers, tool, arguments, timeout)
     except relay_http.Refused as exc:
         if exc.status == 401:
             raise InvalidArgument(
                 "--key-file",
                 "key_file.refused",
-                f"relay at {settings.url} refused tokens signed with {settings.signing_key_file}; pass "
+                f"relay at {base_url(settings)} refused tokens signed with {key_file(settings)}; pass "
                 "the key file relay serve uses (--key-file or RELAY_KEY_FILE)",
             ) from None
         if exc.status != 200:
             raise RelayNotRunning(
-                f"relay at {settings.url}{MCP_PATH} answered HTTP {exc.status}; is --url (RELAY_URL) a relay "
-                "serving /mcp/agent (relay serve --agent-mcp-key-file)?"
+                f"relay at {base_url(settings)}{MCP_PATH} answered HTTP {exc.status}; is --url (RELAY_URL) "
+                "a relay serve?"
             ) from None
         raise
     except relay_http.Unavailable as exc:
         raise RelayNotRunning(
-            f"cannot reach relay at {settings.url} ({exc}); is relay serve running there "
+            f"cannot reach relay at {base_url(settings)} ({exc}); is relay serve running there "
             "(--url or RELAY_URL)?"
         ) from None
 
 
-def escape(text: str) -> str:
-    """``text`` safe for a terminal: every character that is not printable (control characters, the
-    ESC of ANSI sequences, bidirectional overrides, zero-width characters, line breaks) is shown as its
-    Python escape (``\\x1b``, ``\\u202e``, ``\\n``), so agent-supplied text cannot move the cursor,
-    recolour, rewrite or hide what the operator reads."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+def base_url(settings: ShellSettings) -> str:
+    """``--url``, else where ``relay serve`` started with this environment listens."""
+    return settings.url or default_url().removesuffix(MCP_PATH)
 
 
-def cut(text: str, width: int) -> str:
-    """``escape(text)`` of at most ``width`` characters."""
-    shown = escape(text)
-    return shown if len(shown) <= width else shown[: width - 3] + "..."
+def key_file(settings: ShellSettings) -> Path:
+    """``--key-file``, else the data dir's key, which ``relay serve`` creates and signs with."""
+    return settings.key_file if settings.key_file is not None else data_key_file(settings.data_dir)
 
 
 def duration(seconds: float) -> str:
@@ -183,16 +180,16 @@ def envelope_text(envelope: StoredEnvelope, now_ms: int, *, indent: str = "") ->
     kind = message.get("kind")
     label = KIND_LABELS.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
     head = (
-        f"{envelope.envelope_id}  {escape(envelope.sender)} -> {escape(envelope.to)}  {escape(label)}  "
+        f"{envelope.envelope_id}  {escaped(envelope.sender)} -> {escaped(envelope.to)}  {escaped(label)}  "
         f"{moment(envelope.sent_at_ms, now_ms)}  tier {envelope.tier.label}  "
         f"deliveries {envelope.deliveries}"
     )
     lines = [indent + head]
     for name in ("in_reply_to", "reference"):
         if message.get(name):
-            lines.append(f"{indent}  {name.replace('_', ' ')}: {escape(str(message[name]))}")
+            lines.append(f"{indent}  {name.replace('_', ' ')}: {escaped(str(message[name]))}")
     text = str(message.get("text", ""))
-    lines += [f"{indent}  | {escape(part)}" for part in text.split("\n")]
+    lines += [f"{indent}  | {escaped(part)}" for part in text.split("\n")]
     return "\n".join(lines)
 
 

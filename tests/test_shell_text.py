@@ -1,25 +1,8 @@
-"""The one terminal-safe form of agent-supplied text (``relay.shell.escape``) and the table layout."""
+"""How the shell commands show things: times relative and absolute, aligned tables, the kinds."""
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from relay.shell import brief, cut, duration, escape, table
-
-
-@given(st.text())
-def test_escaped_text_is_printable_and_keeps_printable_text(text: str) -> None:
-    shown = escape(text)
-    assert shown.isprintable()
-    if text.isprintable():
-        assert shown == text
-
-
-def test_terminal_controls_are_shown_not_obeyed() -> None:
-    hostile = "a\x1b[2Jb\x07c\rd\u202ee\u200bf\ng\x00h\x9bi"
-    assert escape(hostile) == "a\\x1b[2Jb\\x07c\\rd\\u202ee\\u200bf\\ng\\x00h\\x9bi"
-    assert cut("x" * 100, 10) == "xxxxxxx..." and cut("\x1b" * 3, 80) == "\\x1b" * 3
+from relay.shell import brief, duration, table
 
 
 def test_times_are_relative_and_absolute() -> None:

@@ -70,10 +70,16 @@ class MemoryState:
     """Queues of ``MemoryOperatorView.follow`` calls: every appended entry, with its inbox's agent."""
 
     def registration(self, agent: str) -> Registration | None:
-        """``agent``'s registration with its last-seen time, or None."""
+        """``agent``'s registration with its last-seen time and replaced sessions, or None."""
         found = self.registrations.get(agent)
+        if found is None:
+            return None
         seen = self.seen.get(agent)
-        return found if found is None or seen is None else replace(found, last_seen=from_ms(seen))
+        return replace(
+            found,
+            last_seen=None if seen is None else from_ms(seen),
+            superseded=tuple(self.superseded.get(agent, ())),
+        )
 
     def appended(self, agent: str, entry: MemoryEntry) -> None:
         for queue in self.followers:

@@ -97,6 +97,7 @@ def _registration(agent: str, row: Mapping[str, str]) -> Registration:
         registered_at=parse_time(row["registered_at"]),
         updated_at=parse_time(row["updated_at"]),
         last_seen=seen_at(row),
+        superseded=tuple(row.get("superseded", "").split()),
     )
 
 

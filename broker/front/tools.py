@@ -24,7 +24,6 @@ from broker.errors import (
     InternalError,
     InvalidArgument,
     RelayError,
-    SessionSuperseded,
     UnregisteredAgent,
     json_type,
 )
@@ -294,8 +293,7 @@ class ListAgents(RelayTool):
         me = await self.relay.registration(who.agent)  # registered, from its current session
         if me is None:
             raise UnregisteredAgent(who.agent)
-        if me.session != who.session:
-            raise SessionSuperseded(who.agent, who.session)
+        me.check_session(who.session)
         found = await self.relay.registrations(limit + 1, after)
         return tool_result(schemas.agents_result(found[:limit], len(found) > limit))
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from broker.envelope import format_ms
 from broker.ports import AgentOverview, AgentsPage
+from broker.text import escaped, shown
 from relay.commands import bounded_int
 from relay.settings import ShellSettings, add_options, load
-from relay.shell import brief, cut, escape, operator_view, table
+from relay.shell import brief, operator_view, table
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -94,10 +95,10 @@ def as_text(page: AgentsPage) -> str:
         return f"no agents registered ({format_ms(now)})"
     rows = [
         (
-            escape(a.agent),
-            escape(a.provider or "-"),
+            escaped(a.agent),
+            escaped(a.provider or "-"),
             a.tier.label if a.tier is not None else "-",
-            cut(a.session or "-", 24),
+            shown(a.session or "-", 24),
             str(a.inbox_depth),
             str(a.pending),
             brief(a.oldest_unacked_ms, now),

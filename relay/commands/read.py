@@ -20,10 +20,11 @@ from broker.envelope import Tier, format_ms, parse_ms
 from broker.ids import check_agent_id
 from broker.ports import StoredEnvelope
 from broker.relay import MAX_FETCH_LIMIT
+from broker.text import escaped
 from relay.claude_code.relay_http import Refused
 from relay.commands import EXIT_RUNTIME, bounded_int
 from relay.settings import ShellSettings, add_options, load
-from relay.shell import call_tool, envelope_json, envelope_text, escape, operator_view
+from relay.shell import call_tool, envelope_json, envelope_text, operator_view
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -76,7 +77,7 @@ def _read(args: argparse.Namespace) -> int:
         try:
             envelopes, now, acknowledged = _fetch_and_ack(settings, agent, session, args.limit, args.wait)
         except Refused as exc:
-            reason = " ".join(escape(exc.message or exc.code).split())
+            reason = " ".join(escaped(exc.message or exc.code).split())
             print(f"relay: error: relay refused ({exc.code}): {reason}", file=sys.stderr)
             return EXIT_RUNTIME
     else:

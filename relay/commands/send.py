@@ -17,10 +17,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from broker.ids import check_agent_id, is_envelope_id
+from broker.text import escaped
 from relay.claude_code.relay_http import Refused
 from relay.commands import EXIT_RUNTIME, UsageError
 from relay.settings import ShellSettings, add_options, load
-from relay.shell import call_tool, escape
+from relay.shell import call_tool
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -62,9 +63,9 @@ def _send(args: argparse.Namespace) -> int:
 
     if args.kind is not None and args.kind not in KIND_LABELS.values():
         kinds = ", ".join(KIND_LABELS.values())
-        raise UsageError(f"--kind {escape(args.kind)[:40]!r} is not a message kind; use one of {kinds}")
+        raise UsageError(f"--kind {escaped(args.kind)[:40]!r} is not a message kind; use one of {kinds}")
     if args.reply_to is not None and not is_envelope_id(args.reply_to):
-        raise UsageError(f"--reply-to {escape(args.reply_to)[:80]!r} is not an envelope id (env_...)")
+        raise UsageError(f"--reply-to {escaped(args.reply_to)[:80]!r} is not an envelope id (env_...)")
     message: dict[str, Any] = {
         "kind": args.kind or ("reply" if args.reply_to else "note"),
         "text": args.text if args.text is not None else _stdin_text(),
@@ -97,13 +98,13 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _refused(exc: Refused, sender: str) -> int:
-    if exc.code == "session_superseded":
+    if exc.code in ("session_superseded", "session_not_registered"):
         reason = (
             f"{sender} is registered from another session (an agent's, or a person's elsewhere); "
             "send under your own id"
         )
     else:
-        reason = " ".join(escape(exc.message or exc.code).split())
+        reason = " ".join(escaped(exc.message or exc.code).split())
     print(f"relay: error: relay refused the send ({exc.code}): {reason}", file=sys.stderr)
     return EXIT_RUNTIME
 

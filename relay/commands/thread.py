@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 from broker.envelope import format_ms
 from broker.ids import is_envelope_id
 from broker.ports import StoredEnvelope
+from broker.text import escaped
 from broker.threads import IN_REPLY_TO
 from relay.commands import EXIT_RUNTIME, UsageError, bounded_int
 from relay.settings import ShellSettings, add_options, load
-from relay.shell import envelope_json, envelope_text, escape, operator_view
+from relay.shell import envelope_json, envelope_text, operator_view
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -45,7 +46,7 @@ def register(subparsers: Subparsers) -> None:
 def _thread(args: argparse.Namespace) -> int:
     settings = load(ShellSettings, args)
     if not is_envelope_id(args.envelope_id):
-        raise UsageError(f"{escape(args.envelope_id)[:80]!r} is not an envelope id (env_ and 26 characters)")
+        raise UsageError(f"{escaped(args.envelope_id)[:80]!r} is not an envelope id (env_ and 26 characters)")
 
     async def run() -> tuple[list[StoredEnvelope], int]:
         async with operator_view(settings, "thread") as view:
