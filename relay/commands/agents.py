@@ -107,8 +107,8 @@ def as_text(page: AgentsPage) -> str:
         )
         for a in page.agents
     ]
-    shown = len(page.agents)
-    more = f"; showing the first {shown} by id (--limit)" if page.total > shown else ""
+    listed = len(page.agents)
+    more = f"; showing the first {listed} by id (--limit)" if page.total > listed else ""
     return f"{table(COLUMNS, rows)}\n\n{page.total} agents registered, as of {format_ms(now)}{more}"
 
 
