@@ -17,6 +17,7 @@ append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopba
 memory: Redis bytes per queued envelope (300-byte text) against a raw 300-byte stream entry.
 network: the network listener's figures (``bench/network.py``): ``webhook_p99_ms`` (send -> verified
     webhook notification, 100 remote agents) and ``mcp_tls_ratio`` (MCP calls over TLS / plain loopback).
+people: ``relay agents`` with 1,000 registered agents and 100,000 queued envelopes (``bench/people.py``).
 
 Every relay message carries a unique id in its text; the bench counts deliveries per id and reports
 lost (sent but never acknowledged) and duplicated (delivered again after its acknowledgement) messages.
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import people  # bench/people.py: `python bench/run.py` puts bench/ first on the path
 from redis.asyncio import Redis, RedisCluster
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
@@ -676,6 +678,8 @@ async def bench(args: argparse.Namespace) -> int:
             from network import network_phases  # bench/network.py: this script's directory is on sys.path
 
             figures.update(await network_phases(server.url, tmp, rounds, mcp_duration))
+        if not args.skip_people:
+            figures.update(await people.bench_agents())
         if args.cluster:
             key_file = tmp / "relay.key"
             if not key_file.exists():
@@ -737,6 +741,9 @@ def main() -> int:
     parser.add_argument("--skip-mcp", action="store_true", help="only (a), (b) and memory")
     parser.add_argument("--skip-core", action="store_true", help="only (c) and its ceiling (profiling)")
     parser.add_argument("--skip-network", action="store_true", help="no webhook / MCP-over-TLS figures")
+    parser.add_argument(
+        "--skip-people", action="store_true", help="not `relay agents` with 1,000 agents (bench/people.py)"
+    )
     parser.add_argument(
         "--cluster",
         action="store_true",

@@ -1,7 +1,8 @@
 """Typed agent addresses: the provider types and the rules of their endpoints.
 
 An address is a provider's type: the type alone fixes the tier a message to or from it travels
-(``workbench`` in-process, ``claudecode`` host, ``remote`` network). ``Providers`` is the set of
+(``workbench`` in-process, ``claudecode`` host, ``human`` host: a person at the shell or the dashboard,
+``remote`` network). ``Providers`` is the set of
 provider names a front accepts; ``parse`` refuses an endpoint its provider's type does not admit.
 
 Every endpoint is printable (``check_printable``: no control, line or format characters, so a stored
@@ -184,14 +185,34 @@ class RemoteAddress(Address):
         return cls(endpoint)
 
 
+@dataclass(frozen=True, slots=True)
+class HumanAddress(Address):
+    """A person on this host (``relay send``, the dashboard); the endpoint is a label for them, e.g.
+    their login name. Host tier: people reach relay through its loopback listener."""
+
+    provider: ClassVar[str] = "human"
+    tier: ClassVar[Tier] = Tier.HOST
+
+    @classmethod
+    def parse(cls, endpoint: str) -> Self:
+        if _SESSION_RE.fullmatch(endpoint) is None:
+            raise InvalidAddress(
+                "endpoint",
+                "human.label",
+                f"{endpoint!r} is not a label for a person: use 1-128 ASCII letters, digits, '.', '_' or '-'",
+            )
+        return cls(endpoint)
+
+
 def default_providers() -> Providers:
     """The providers relay accepts out of the box."""
-    return Providers([WorkbenchAddress, ClaudeCodeAddress, RemoteAddress])
+    return Providers([WorkbenchAddress, ClaudeCodeAddress, HumanAddress, RemoteAddress])
 
 
-def host_providers() -> Providers:
-    """What the agent MCP endpoint accepts: host-tier addresses only."""
-    return Providers([ClaudeCodeAddress])
+def host_providers(*, humans: bool = False) -> Providers:
+    """What the agent MCP endpoint accepts: host-tier addresses only; ``human`` too when ``humans``
+    (the endpoint is served on a loopback listener)."""
+    return Providers([ClaudeCodeAddress, HumanAddress] if humans else [ClaudeCodeAddress])
 
 
 def network_providers() -> Providers:

@@ -8,13 +8,14 @@ append, so a send never lands in an inbox whose owner is not registered.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 from broker.addresses import Address
 from broker.envelope import Tier
+from broker.errors import SessionNotRegistered, SessionSuperseded
 
 SUPERSEDED_SESSIONS_KEPT = 32
 """Replaced sessions a registry remembers per agent, to tell ``SessionSuperseded`` (a replaced session)
@@ -32,6 +33,20 @@ class Registration:
     session: str
     registered_at: datetime
     updated_at: datetime
+    last_seen: datetime | None = None
+    """The agent's last registration, fetch or acknowledgement (the store's clock); None if unknown."""
+    superseded: tuple[str, ...] = ()
+    """Sessions this registration replaced, newest first (at most ``SUPERSEDED_SESSIONS_KEPT``)."""
+
+    def check_session(self, session: str) -> None:
+        """Raise ``SessionSuperseded`` when ``session`` was replaced by the current one, and
+        ``SessionNotRegistered`` when it is neither (the rule the stores apply, for reads that go
+        through no store script)."""
+        if session == self.session:
+            return
+        if session in self.superseded:
+            raise SessionSuperseded(self.agent, session)
+        raise SessionNotRegistered(self.agent, session)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +124,9 @@ class IRegistry(Protocol):
         """The registration of ``agent``, or None. Raises ``BackendUnavailable``."""
         ...
 
-    async def list(self, limit: int = 1000) -> list[Registration]:
-        """Up to ``limit`` registrations, ordered by agent id. Raises ``BackendUnavailable``."""
+    async def list(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
+        """Up to ``limit`` registrations, ordered by agent id; with ``after``, only agents whose id
+        sorts after it (the next page). Raises ``BackendUnavailable``."""
         ...
 
     async def ping(self) -> bool:
@@ -192,3 +208,73 @@ class IInboxStore(Protocol):
         ...
 
     async def ping(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOverview:
+    """One agent as an operator sees it. Times are milliseconds of the store's clock."""
+
+    agent: str
+    registered: bool
+    provider: str | None
+    endpoint: str | None
+    tier: Tier | None
+    session: str | None
+    inbox_depth: int
+    """Unacknowledged envelopes."""
+    pending: int
+    """Handed out by a fetch and not yet acknowledged."""
+    oldest_unacked_ms: int | None
+    """When the oldest unacknowledged envelope was accepted; None when the inbox is empty."""
+    dead_letters: int
+    last_seen_ms: int | None
+    """The agent's last registration, fetch or acknowledgement; None when not known."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsPage:
+    """``IOperatorView.agents``: up to ``limit`` agents by id, and how many are registered in all."""
+
+    agents: list[AgentOverview]
+    total: int
+    now_ms: int
+    """The store's clock when the figures were read (ages are measured against it)."""
+
+
+class IOperatorView(Protocol):
+    """Read-only queries for people (the shell commands and the dashboard), paired with the inbox
+    store and registry of the same backend.
+
+    Nothing here changes state: no envelope is handed out, no delivery is counted, nothing is
+    acknowledged, and "last seen" does not move. Envelopes come back as ``StoredEnvelope`` with
+    ``deliveries`` = times handed out so far (0 = never fetched) and ``first_delivery`` always False.
+    - ``agents``: per registered agent the figures of ``AgentOverview``, ordered by id, at most
+      ``limit``, those after ``after``; bounded work per agent (never reads every envelope).
+    - ``unacknowledged``: an agent's unacknowledged envelopes, oldest first, after the envelope id
+      ``after`` (exclusive) when given. An unknown agent has none.
+    - ``thread``: the envelopes linked to ``envelope_id`` through ``in_reply_to`` (its ancestors, the
+      envelope itself and every reply below them, transitively), ordered by time accepted, among the
+      envelopes still stored (acknowledged ones are deleted); empty when ``envelope_id`` is not stored
+      and no stored envelope answers it.
+    - ``follow``: envelopes accepted after the call starts (for ``agent`` only when given), in the
+      order each inbox got them, until the iterator is closed.
+    Raises ``BackendUnavailable`` when the store cannot be read.
+    """
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def now_ms(self) -> int:
+        """The store's clock, in milliseconds."""
+        ...
+
+    async def agents(self, limit: int = 1000, after: str | None = None) -> AgentsPage: ...
+
+    async def unacknowledged(
+        self, agent: str, limit: int = 100, after: str | None = None
+    ) -> list[StoredEnvelope]: ...
+
+    async def thread(self, envelope_id: str, limit: int = 1000) -> list[StoredEnvelope]: ...
+
+    def follow(self, agent: str | None = None) -> AsyncIterator[StoredEnvelope]: ...

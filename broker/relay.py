@@ -146,9 +146,10 @@ class Relay(Generic[Body]):
         check_agent_id(agent)
         return await self._guard(self._registry.get(agent))
 
-    async def registrations(self, limit: int = 1000) -> list[Registration]:
+    async def registrations(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
+        """Up to ``limit`` registrations by agent id, those after ``after`` when given."""
         self._check_running()
-        return await self._guard(self._registry.list(limit))
+        return await self._guard(self._registry.list(limit, after))
 
     # -- messaging -------------------------------------------------------------------------------
 

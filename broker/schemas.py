@@ -16,6 +16,7 @@ server's side of the contract, every field's type, is held by the tests against 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from broker.agent_message import (
@@ -27,6 +28,7 @@ from broker.agent_message import (
 )
 from broker.envelope import Envelope, Tier, format_time
 from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN
+from broker.ports import Registration
 from broker.relay import DEFAULT_FETCH_LIMIT, MAX_ACK_IDS, MAX_FETCH_LIMIT, Registered
 
 AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
@@ -135,6 +137,25 @@ ACKNOWLEDGE_ARGUMENTS: Final[dict[str, Any]] = {
     "additionalProperties": False,
 }
 
+MAX_LIST_AGENTS: Final = 200
+"""Agents one ``ListAgents`` result holds at most."""
+DEFAULT_LIST_AGENTS: Final = 50
+
+LIST_AGENTS_ARGUMENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIST_AGENTS,
+            "default": DEFAULT_LIST_AGENTS,
+            "description": "Agents per page",
+        },
+        "after": {**AGENT_ID, "description": "The next page: the `next` of the previous result"},
+    },
+    "additionalProperties": False,
+}
+
 # -- tool results ---------------------------------------------------------------------------------
 
 REGISTRATION: Final[dict[str, Any]] = {
@@ -159,6 +180,45 @@ REGISTRATION: Final[dict[str, Any]] = {
     },
     "required": ["agent", "session", "provider", "endpoint", "tier", "registered_at", "updated_at"],
 }
+
+
+AGENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "agents": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "Send to it with SendAgentMessage's `to`"},
+                    "provider": {"type": "string", "description": "e.g. claudecode (an agent), human"},
+                    "tier": _TIER,
+                    "last_seen": {**_TIME, "description": "Its last registration, fetch or acknowledgement"},
+                },
+                "required": ["id", "provider", "tier"],
+            },
+        },
+        "next": {
+            "type": "string",
+            "description": "More agents: pass this as `after`; absent on the last page",
+        },
+    },
+    "required": ["agents"],
+}
+
+
+def agents_result(registrations: Sequence[Registration], more: bool) -> dict[str, Any]:
+    """The ``AGENTS`` result of one page of registrations; ``more``: another page follows."""
+    agents: list[dict[str, Any]] = []
+    for reg in registrations:
+        item: dict[str, Any] = {"id": reg.agent, "provider": reg.provider, "tier": reg.tier.label}
+        if reg.last_seen is not None:
+            item["last_seen"] = format_time(reg.last_seen)
+        agents.append(item)
+    data: dict[str, Any] = {"agents": agents}
+    if more and registrations:
+        data["next"] = registrations[-1].agent
+    return data
 
 
 def registration_result(done: Registered) -> dict[str, Any]:

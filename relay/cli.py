@@ -15,18 +15,37 @@ from relay.commands import (
     EXIT_USAGE,
     Handler,
     UsageError,
+    agents,
     claude_code,
     dead_letters,
     hook,
     inspect,
     keys,
     migrate,
+    read,
+    send,
     serve,
     show,
+    tail,
+    thread,
 )
 from relay.settings import SettingsError
 
-COMMANDS = (serve, keys, inspect, show, dead_letters, migrate, claude_code, hook)
+COMMANDS = (
+    serve,
+    keys,
+    inspect,
+    show,
+    dead_letters,
+    migrate,
+    claude_code,
+    hook,
+    agents,
+    send,
+    read,
+    tail,
+    thread,
+)
 
 
 class _Parser(argparse.ArgumentParser):

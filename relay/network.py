@@ -23,6 +23,7 @@ from adapters.webhooks.transport import webhook_client
 from broker.agent_message import AgentMessage
 from broker.front.app import NetworkListener, create_app
 from broker.front.tokens import KeyRing
+from broker.front.tools import ToolOptions
 from broker.relay import Relay
 from relay.settings import ServeSettings, SettingsError
 
@@ -94,6 +95,7 @@ def network_server(
         max_body_bytes=settings.max_body_bytes,
         allowed_hosts=[],  # any Host name: the listener is reached by whatever name the network uses
         network=NetworkListener(webhooks=webhooks),
+        tool_options=ToolOptions(directory=settings.directory == "on"),
     )
     config = uvicorn.Config(
         app,

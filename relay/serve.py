@@ -27,6 +27,7 @@ from broker.agent_message import AgentMessageContract
 from broker.front.app import create_app
 from broker.front.key_file import KeyFileError, load_key_file
 from broker.front.tokens import KeyRing
+from broker.front.tools import ToolOptions
 from broker.relay import Relay
 from relay import logs
 from relay.commands.keys import data_key_file, ensure_key_file
@@ -112,6 +113,10 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             max_body_bytes=settings.max_body_bytes,
             allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
             before_metrics=gauges.refresh,
+            tool_options=ToolOptions(
+                directory=settings.directory == "on",
+                humans=settings.uds is not None or is_loopback_host(settings.host),
+            ),
         )
         config = uvicorn.Config(
             app,

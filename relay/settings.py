@@ -62,6 +62,23 @@ class StoreSettings(DataDirSettings):
         return value
 
 
+class ShellSettings(StoreSettings):
+    """The shell commands (``relay agents``, ``send``, ``read``, ``tail``, ``thread``)."""
+
+    url: str | None = Field(
+        None,
+        description="the running relay's base URL; default: where relay serve listens (same environment)",
+    )
+    key_file: Path | None = Field(None, description="signing key file; default: relay.key in the data dir")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("not an http(s) URL; use e.g. http://127.0.0.1:8080")
+        return None if value is None else value.rstrip("/")
+
+
 class ServeSettings(StoreSettings):
     """``relay serve``."""
 
@@ -119,6 +136,9 @@ class ServeSettings(StoreSettings):
         ge=1,
         le=1_000_000,
         description="HTTP connections open at once; a further one is answered 503 and closed",
+    )
+    directory: Literal["on", "off"] = Field(
+        "on", description="serve the ListAgents tool, with which agents find the registered agents"
     )
     wait_replicas: int = Field(
         0,

@@ -45,6 +45,7 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("SendAgentMessage", {"to": "alice", "message": {"kind": 1, "text": "forged"}}),
     ("FetchAgentInbox", {"limit": 16}),
     ("AcknowledgeAgentInbox", {"ids": ["env_00000000000000000000000000"]}),
+    ("ListAgents", {}),
 ]
 
 
@@ -85,7 +86,8 @@ class World:
         return str(body["error"]["data"]["cause"])
 
     async def snapshot(self, *agents: str) -> dict[str, Any]:
-        """Everything an agent's keys hold, with the delivery count of every pending entry."""
+        """Everything an agent's keys hold (but its last-seen time), with the delivery count of every
+        pending entry."""
         state: dict[str, Any] = {}
         for agent in agents:
             inbox = self.keys.inbox(agent)
@@ -94,8 +96,10 @@ class World:
                 if await self.store.exists(inbox)
                 else []
             )
+            registration = await self.store.hgetall(self.keys.registration(agent))
+            registration.pop("seen_at", None)  # the agent's own calls move it: a heartbeat, not state
             state[agent] = {
-                "registration": await self.store.hgetall(self.keys.registration(agent)),
+                "registration": registration,
                 "entries": await self.store.xrange(inbox) if await self.store.exists(inbox) else [],
                 "pending": sorted((p["message_id"], p["times_delivered"]) for p in pending),
             }

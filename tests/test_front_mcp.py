@@ -51,6 +51,7 @@ async def test_the_two_agent_walkthrough(front: Front, mode: str) -> None:
             "SendAgentMessage",
             "FetchAgentInbox",
             "AcknowledgeAgentInbox",
+            "ListAgents",
         }
 
         reg = data(await alice.call_tool("RegisterAgentAddress", REGISTER))

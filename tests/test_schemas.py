@@ -51,6 +51,7 @@ async def test_the_listing_publishes_the_schemas_of_broker_schemas(front: Front)
             "SendAgentMessage",
             "FetchAgentInbox",
             "AcknowledgeAgentInbox",
+            "ListAgents",
         }
     )
     for name, tool in local.items():

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
-from broker.envelope import Tier, widest
+from broker.envelope import Tier, now_ms, widest
 from broker.errors import (
     InboxFull,
     RateLimited,
@@ -75,6 +75,7 @@ class MemoryInboxStore:
         tier = widest(origin.tier, target.tier)
         entry = MemoryEntry(position, new_nonce(), sender, tier, sent_at_ms, dict(fields))
         inbox.entries[position] = entry
+        self.state.appended(to, entry)
         await inbox.wake()
         return Appended(encode_envelope_id(*position, entry.nonce), tier, sent_at_ms)
 
@@ -94,6 +95,7 @@ class MemoryInboxStore:
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
     ) -> list[StoredEnvelope]:
         self._caller(agent, session)
+        self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
         if not inbox.entries and wait and not self._closed:
             self.state.park(agent)
@@ -133,6 +135,7 @@ class MemoryInboxStore:
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         self._caller(agent, session)
+        self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.get(agent)
         acknowledged: list[str] = []
         origins: list[tuple[str, Tier]] = []

@@ -48,6 +48,7 @@ class MemoryRegistry:
         self.state.registrations[agent] = registration
         self.state.webhook_secrets.pop(agent, None)
         self.state.inboxes.setdefault(agent, MemoryInbox())
+        self.state.seen[agent] = now_ms()
         superseded = previous.session if previous is not None and previous.session != session else None
         if superseded is not None:
             earlier = [s for s in self.state.superseded.get(agent, ()) if s not in (session, superseded)]
@@ -56,7 +57,8 @@ class MemoryRegistry:
         return RegisterOutcome(registration, previous is None, superseded)
 
     async def get(self, agent: str) -> Registration | None:
-        return self.state.registrations.get(agent)
+        return self.state.registration(agent)
 
-    async def list(self, limit: int = 1000) -> list[Registration]:
-        return [self.state.registrations[a] for a in sorted(self.state.registrations)[:limit]]
+    async def list(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
+        agents = [a for a in sorted(self.state.registrations) if after is None or a > after][:limit]
+        return [r for r in map(self.state.registration, agents) if r is not None]

@@ -7,9 +7,9 @@ runs on one event loop, so each operation is atomic between awaits.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from broker.envelope import Tier
+from broker.envelope import Tier, from_ms
 from broker.errors import TooManyWaits
 from broker.ports import Registration
 
@@ -70,6 +70,26 @@ class MemoryState:
     """Position of the newest envelope a notification announced, per agent."""
     webhook_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
     """The notifier of each agent: holder and monotonic deadline."""
+    seen: dict[str, int] = field(default_factory=dict)
+    """Per agent, its last registration, fetch or acknowledgement (ms)."""
+    followers: set[asyncio.Queue[tuple[str, MemoryEntry]]] = field(default_factory=set)
+    """Queues of ``MemoryOperatorView.follow`` calls: every appended entry, with its inbox's agent."""
+
+    def registration(self, agent: str) -> Registration | None:
+        """``agent``'s registration with its last-seen time and replaced sessions, or None."""
+        found = self.registrations.get(agent)
+        if found is None:
+            return None
+        seen = self.seen.get(agent)
+        return replace(
+            found,
+            last_seen=None if seen is None else from_ms(seen),
+            superseded=tuple(self.superseded.get(agent, ())),
+        )
+
+    def appended(self, agent: str, entry: MemoryEntry) -> None:
+        for queue in self.followers:
+            queue.put_nowait((agent, entry))
 
     def park(self, agent: str) -> None:
         """Count one more parked waiter of ``agent``; raises ``TooManyWaits`` over a cap."""

@@ -31,7 +31,7 @@ from adapters.redis.directory import Directory
 from adapters.redis.entries import entry_ms
 from adapters.redis.keys import DEFAULT_PREFIX, GROUP
 from adapters.redis.server import LOCK_FILE, STATE_FILE
-from broker.envelope import format_time, from_ms, parse_time
+from broker.envelope import format_ms, format_time, from_ms, parse_time
 from broker.errors import BackendUnavailable
 
 __all__ = [
@@ -71,6 +71,8 @@ class AgentInspection:
     oldest_unacked_seconds: float | None
     """Age of the oldest unacknowledged envelope; None when the inbox is empty."""
     dead_letters: int
+    last_seen_ms: int | None = None
+    """The agent's last registration, fetch or acknowledgement (ms of Redis ``TIME``)."""
 
     @property
     def not_yet_fetched(self) -> int:
@@ -98,6 +100,7 @@ class AgentInspection:
             "oldest_unacked_entry": self.oldest_unacked_entry,
             "oldest_unacked_seconds": self.oldest_unacked_seconds,
             "dead_letters": self.dead_letters,
+            "last_seen": None if self.last_seen_ms is None else format_ms(self.last_seen_ms),
         }
 
 
@@ -173,6 +176,7 @@ def _inspection(agent: str, reply: object, now_ms: int) -> AgentInspection:
         oldest_unacked_entry=oldest_id,
         oldest_unacked_seconds=oldest_age,
         dead_letters=int(str(dead)),
+        last_seen_ms=int(row["seen_at"]) if row.get("seen_at", "").isdigit() else None,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
@@ -68,8 +69,8 @@ class RedisRegistry:
         found = await self.connection.call(run, idempotent=True)
         return _registration(agent, found) if found else None
 
-    async def list(self, limit: int = 1000) -> list[Registration]:
-        agents = (await self.directory.agents())[:limit]
+    async def list(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
+        agents = [a for a in await self.directory.agents() if after is None or a > after][:limit]
         keys = self.keys
 
         async def run(client: Redis | RedisCluster) -> list[Registration]:
@@ -95,4 +96,13 @@ def _registration(agent: str, row: Mapping[str, str]) -> Registration:
         session=row.get("session", ""),
         registered_at=parse_time(row["registered_at"]),
         updated_at=parse_time(row["updated_at"]),
+        last_seen=seen_at(row),
+        superseded=tuple(row.get("superseded", "").split()),
     )
+
+
+def seen_at(row: Mapping[str, str]) -> datetime | None:
+    """The registration hash's ``seen_at`` (milliseconds of Redis ``TIME``, written by the register,
+    fetch and ack scripts) as a time; None when absent."""
+    text = row.get("seen_at", "")
+    return from_ms(int(text)) if text.isdigit() else None

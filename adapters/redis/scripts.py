@@ -114,3 +114,4 @@ class Scripts:
         self.webhook_secret = Script.named("webhook_secret")
         self.webhook_pending = Script.named("webhook_pending")
         self.webhook_release = Script.named("webhook_release")
+        self.peek = Script.named("peek")

@@ -176,7 +176,7 @@ class Wakeups:
             delay = min(delay * 2, _RETRY_MAX)
 
     async def _listen(self) -> None:
-        client = await self._subscriber_client()
+        client = await subscriber_client(self._connection)
         try:
             async with client.pubsub() as pubsub:
                 await pubsub.subscribe(self._connection.keys.wake_channel())
@@ -196,18 +196,21 @@ class Wakeups:
         finally:
             await client.aclose()
 
-    async def _subscriber_client(self) -> Redis:
-        stack = await self._connection.stack()
-        settings = self._connection.settings
-        if not stack.cluster:
-            return Redis.from_url(
-                settings.url,
-                decode_responses=True,
-                socket_connect_timeout=settings.connect_timeout,
-                socket_timeout=settings.command_timeout + 5,
-                health_check_interval=5,
-            )
-        nodes = stack.client.get_primaries()  # type: ignore[union-attr]
-        node = nodes[id(self) % len(nodes)]
-        kwargs = {**node.connection_kwargs, "socket_timeout": settings.command_timeout + 5}
-        return Redis(connection_pool=ConnectionPool(connection_class=node.connection_class, **kwargs))
+
+async def subscriber_client(connection: RedisConnection) -> Redis:
+    """A client of its own for a ``SUBSCRIBE`` on ``connection``'s Redis (on a cluster, one master:
+    a plain ``PUBLISH`` reaches every node)."""
+    stack = await connection.stack()
+    settings = connection.settings
+    if not stack.cluster:
+        return Redis.from_url(
+            settings.url,
+            decode_responses=True,
+            socket_connect_timeout=settings.connect_timeout,
+            socket_timeout=settings.command_timeout + 5,
+            health_check_interval=5,
+        )
+    nodes = stack.client.get_primaries()  # type: ignore[union-attr]
+    node = nodes[id(connection) % len(nodes)]
+    kwargs = {**node.connection_kwargs, "socket_timeout": settings.command_timeout + 5}
+    return Redis(connection_pool=ConnectionPool(connection_class=node.connection_class, **kwargs))

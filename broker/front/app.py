@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -26,7 +26,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from broker.addresses import network_providers
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
 from broker.front.limits import (
@@ -38,7 +37,7 @@ from broker.front.limits import (
 from broker.front.paths import MCP_PATH
 from broker.front.server import build_mcp_server
 from broker.front.tokens import NETWORK_AUDIENCE, KeyRing
-from broker.front.tools import relay_tools
+from broker.front.tools import DEFAULT_TOOLS, ToolOptions
 from broker.relay import Relay
 from broker.webhooks import IWebhookTargets
 
@@ -64,6 +63,7 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
     before_metrics: Callable[[], Awaitable[None]] | None = None,
     network: NetworkListener | None = None,
+    tool_options: ToolOptions = DEFAULT_TOOLS,
 ) -> FastAPI:
     """Build the front for a running ``relay``.
 
@@ -76,13 +76,15 @@ def create_app(
         before_metrics: awaited before each ``/metrics`` render (e.g. refreshing gauges computed from
             Redis), within ``METRICS_REFRESH_TIMEOUT``; a failure is logged and the scrape still served.
         network: serve as the network listener (see the module docstring).
+        tool_options: which agent tools are served (``ListAgents``) and what they accept.
     """
     manager = None
     hosts = LOOPBACK_NAMES if allowed_hosts is None else frozenset(allowed_hosts)
     if keyring is not None:
-        tools = None if network is None else relay_tools(relay, network_providers(), network.webhooks)
+        if network is not None:
+            tool_options = replace(tool_options, network=True, webhooks=network.webhooks)
         manager = StreamableHTTPSessionManager(
-            app=build_mcp_server(relay, base_tools=tools),
+            app=build_mcp_server(relay, tool_options=tool_options),
             json_response=True,
             stateless=True,
             # Host and Origin are matched exactly by HostCheck (the SDK's patterns match by prefix)

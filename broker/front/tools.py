@@ -1,4 +1,4 @@
-"""The four agent tools: each an ``AgentTool`` over a running relay, testable on its own.
+"""The agent tools: each an ``AgentTool`` over a running relay, testable on its own.
 
 A tool has a name, a description, the JSON schemas from ``broker.schemas`` and ``run`` (verified
 caller, arguments) -> result. ``call`` is what the MCP server invokes: it refuses unknown and missing
@@ -11,17 +11,25 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from mcp.types import CallToolResult
 
 from broker import schemas
-from broker.addresses import Providers, host_providers
+from broker.addresses import host_providers, network_providers
 from broker.agent_message import AgentMessage
 from broker.envelope import Envelope, format_time
-from broker.errors import InternalError, InvalidArgument, RelayError, json_type
+from broker.errors import (
+    InternalError,
+    InvalidArgument,
+    RelayError,
+    UnregisteredAgent,
+    json_type,
+)
 from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
+from broker.ids import check_agent_id
 from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, Relay
 from broker.text import shown
 from broker.webhooks import IWebhookTargets, is_webhook_endpoint, new_secret
@@ -108,17 +116,19 @@ class RegisterAgentAddress(RelayTool):
         "supersedes the old one and keeps the inbox."
     )
 
-    def __init__(
-        self,
-        relay: Relay[AgentMessage],
-        providers: Providers | None = None,
-        webhooks: IWebhookTargets | None = None,
-    ) -> None:
+    def __init__(self, relay: Relay[AgentMessage], options: ToolOptions) -> None:
         super().__init__(relay)
-        self.providers = providers if providers is not None else host_providers()
-        self.webhooks = webhooks
-        if providers is not None:
+        self.webhooks = options.webhooks
+        if options.network:
+            self.providers = network_providers()
             self.description = self.NETWORK_DESCRIPTION
+        else:
+            self.providers = host_providers(humans=options.humans)
+            if options.humans:
+                self.description += (
+                    " Provider 'human' (a person on this host; endpoint: a label such as their login name) "
+                    "is accepted too."
+                )
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         address = self.providers.parse(_string(arguments, "provider"), _string(arguments, "endpoint"))
@@ -278,19 +288,63 @@ class AcknowledgeAgentInbox(RelayTool):
         return tool_result({"acknowledged": list(done.acknowledged), "unknown": list(done.unknown)})
 
 
-def relay_tools(
-    relay: Relay[AgentMessage],
-    providers: Providers | None = None,
-    webhooks: IWebhookTargets | None = None,
-) -> list[AgentTool]:
-    """The four agent tools over ``relay``; registration takes ``providers`` (default: host-tier) and
-    issues webhook secrets through ``webhooks``."""
-    return [
-        RegisterAgentAddress(relay, providers, webhooks),
+class ListAgents(RelayTool):
+    """The registered agents the caller may write to, by id, a bounded page at a time."""
+
+    name = "ListAgents"
+    description = (
+        "List the registered agents you can send to: id, provider, tier and when each was last seen, "
+        f"ordered by id, up to `limit` (1-{schemas.MAX_LIST_AGENTS}, default {schemas.DEFAULT_LIST_AGENTS}) "
+        "per call. When `next` is in the result, call again with after = next for the following page."
+    )
+    input_schema = schemas.LIST_AGENTS_ARGUMENTS
+    output_schema = schemas.AGENTS
+
+    async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
+        limit = arguments.get("limit", schemas.DEFAULT_LIST_AGENTS)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= schemas.MAX_LIST_AGENTS:
+            raise InvalidArgument(
+                "limit", "limit.range", f"must be an integer from 1 to {schemas.MAX_LIST_AGENTS}"
+            )
+        after = arguments.get("after")
+        if after is not None:
+            check_agent_id(after, "after")
+        me = await self.relay.registration(who.agent)  # registered, from its current session
+        if me is None:
+            raise UnregisteredAgent(who.agent)
+        me.check_session(who.session)
+        found = await self.relay.registrations(limit + 1, after)
+        return tool_result(schemas.agents_result(found[:limit], len(found) > limit))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOptions:
+    """Which tools a front serves, and what they accept."""
+
+    directory: bool = True
+    """Serve ``ListAgents`` (``relay serve --directory off`` hides it)."""
+    humans: bool = False
+    """``RegisterAgentAddress`` accepts provider ``human`` (the listener is loopback only)."""
+    network: bool = False
+    """Serve the network listener: ``RegisterAgentAddress`` takes network-tier addresses only."""
+    webhooks: IWebhookTargets | None = None
+    """Issues the secrets of webhook registrations (network listener)."""
+
+
+DEFAULT_TOOLS: Final = ToolOptions()
+
+
+def relay_tools(relay: Relay[AgentMessage], options: ToolOptions = DEFAULT_TOOLS) -> list[AgentTool]:
+    """The agent tools over ``relay``."""
+    tools: list[AgentTool] = [
+        RegisterAgentAddress(relay, options),
         SendAgentMessage(relay),
         FetchAgentInbox(relay),
         AcknowledgeAgentInbox(relay),
     ]
+    if options.directory:
+        tools.append(ListAgents(relay))
+    return tools
 
 
 def tool_result(data: dict[str, Any]) -> CallToolResult:

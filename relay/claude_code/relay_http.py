@@ -6,6 +6,7 @@
   "preview", "sent_at"}, ...]}`` (``count`` 0 on timeout). It never acknowledges or counts a delivery.
 - ``register``: the ``RegisterAgentAddress`` MCP tool as one stateless ``tools/call`` POST, so a new
   Claude Code session becomes the agent's current session before its model calls anything.
+- ``call_tool``: any agent tool the same way (the shell's ``relay send`` and ``relay read --ack``).
 
 Outcomes are three: an answer; ``Refused`` (relay said no for good: 4xx, a tool error; the caller stops
 quietly); ``Unavailable`` (relay down, slow, 5xx or a garbled answer; the caller retries later).
@@ -42,10 +43,11 @@ _OPENER: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}), _N
 class Refused(Exception):
     """relay refused the call for good (wrong credentials, superseded session, bad request)."""
 
-    def __init__(self, status: int, code: str) -> None:
-        super().__init__(f"relay refused the call: HTTP {status} {code}".strip())
+    def __init__(self, status: int, code: str, message: str = "") -> None:
+        super().__init__(message or f"relay refused the call: HTTP {status} {code}".strip())
         self.status = status
         self.code = code
+        self.message = message
 
 
 class Unavailable(Exception):
@@ -107,16 +109,17 @@ def wait(url: str, headers: Mapping[str, str], timeout_ms: int) -> Pending:
     return Pending(count, answer)
 
 
-def register(url: str, headers: Mapping[str, str], endpoint: str, timeout: float = 15.0) -> None:
-    """Register the agent's current session at ``endpoint`` (a host-tier ``claudecode`` address)."""
+def call_tool(
+    url: str, headers: Mapping[str, str], name: str, arguments: Mapping[str, Any], timeout: float = 15.0
+) -> dict[str, Any]:
+    """One stateless ``tools/call`` of tool ``name``; its structured result ({} without one). A tool
+    error is ``Unavailable`` when relay says it is retryable, else ``Refused`` with relay's code and
+    message."""
     call = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "tools/call",
-        "params": {
-            "name": "RegisterAgentAddress",
-            "arguments": {"provider": "claudecode", "endpoint": endpoint},
-        },
+        "params": {"name": name, "arguments": arguments},
     }
     answer = _post(url, {**_MCP_HEADERS, **headers}, call, timeout)
     result = answer.get("result") if isinstance(answer, dict) else None
@@ -127,7 +130,15 @@ def register(url: str, headers: Mapping[str, str], endpoint: str, timeout: float
             error = json.loads(result["content"][0]["text"])["error"]
         except (KeyError, IndexError, TypeError, ValueError):
             raise Refused(200, "tool_error") from None
+        message = str(error.get("message", "")) if isinstance(error, dict) else ""
         if isinstance(error, dict) and error.get("retryable") is True:
-            raise Unavailable(f"relay could not register now: {error.get('code')}")
+            raise Unavailable(f"relay could not do it now: {error.get('code')}: {message}")
         code = error.get("code") if isinstance(error, dict) else None
-        raise Refused(200, code if isinstance(code, str) and code.isidentifier() else "tool_error")
+        raise Refused(200, code if isinstance(code, str) and code.isidentifier() else "tool_error", message)
+    data = result.get("structuredContent")
+    return data if isinstance(data, dict) else {}
+
+
+def register(url: str, headers: Mapping[str, str], endpoint: str, timeout: float = 15.0) -> None:
+    """Register the agent's current session at ``endpoint`` (a host-tier ``claudecode`` address)."""
+    call_tool(url, headers, "RegisterAgentAddress", {"provider": "claudecode", "endpoint": endpoint}, timeout)

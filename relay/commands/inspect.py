@@ -1,7 +1,7 @@
 """``relay inspect [AGENT] [--json]``: registrations and inboxes as Redis has them.
 
 Per agent: registration (provider, endpoint, tier, session, age), inbox depth, pending count, age of
-the oldest unacknowledged envelope and dead letters. Read-only; message text is never read out.
+the oldest unacknowledged envelope, dead letters and last seen. Read-only; message text is never read out.
 The queries live in ``adapters.redis.inspect``.
 """
 
@@ -14,10 +14,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from adapters.redis.inspect import AgentInspection, Report, report
+from broker.envelope import parse_ms
 from broker.ids import check_agent_id
 from broker.text import escaped
 from relay.commands import bounded_int
 from relay.settings import StoreSettings, add_options, load, store_named, store_url
+from relay.shell import moment
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -90,7 +92,8 @@ def _as_json(found: Report) -> dict[str, object]:
 
 
 def _as_text(found: Report, store: str, *, single: bool) -> str:
-    blocks = [_table(a) for a in found.agents]
+    now_ms = parse_ms(found.time)
+    blocks = [_table(a, now_ms) for a in found.agents]
     if single:
         footer = f"read from {store} at {found.time}"
     elif not found.agents:
@@ -103,7 +106,7 @@ def _as_text(found: Report, store: str, *, single: bool) -> str:
     return "\n\n".join([*blocks, footer])
 
 
-def _table(a: AgentInspection) -> str:
+def _table(a: AgentInspection, now_ms: int) -> str:
     rows: list[tuple[str, str]] = []
     if a.registered:
         rows += [
@@ -126,6 +129,7 @@ def _table(a: AgentInspection) -> str:
             else f"{human_age(a.oldest_unacked_seconds)}, entry {a.oldest_unacked_entry}",
         ),
         ("dead letters", str(a.dead_letters)),
+        ("last seen", moment(a.last_seen_ms, now_ms)),
     ]
     width = max(len(label) for label, _ in rows)
     # values come from Redis, where anyone with access may have written anything: escaped

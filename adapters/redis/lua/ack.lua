@@ -5,12 +5,15 @@
 -- An entry is acknowledged only if it exists, its nonce matches and it was delivered (XACK says 1);
 -- it is then deleted (XDEL), so acknowledged envelopes never accumulate.
 -- Returns per pair {from, tier} of the envelope when acknowledged, or 0 when unknown.
+-- Records seen_at (ms of Redis TIME) in the registration hash: the agent's last acknowledgement.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
 local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
 local out = {}
 for i = 3, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]

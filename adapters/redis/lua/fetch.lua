@@ -2,12 +2,15 @@
 -- KEYS[1] registration hash   KEYS[2] inbox stream
 -- ARGV[1] session ("" = do not check)   ARGV[2] consumer group   ARGV[3] consumer name   ARGV[4] count
 -- Returns a flat list: for each entry {id, {field, value, ...}, deliveries, first (1|0)}.
+-- Records seen_at (ms of Redis TIME) in the registration hash: the agent's last fetch.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
 local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
 local group, consumer, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local function read(from, n)
   local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', KEYS[2], from)

@@ -5,6 +5,7 @@
 -- ARGV[9] how many superseded sessions to remember (field 'superseded', read by _session.lua)
 -- Any webhook secret of the previous registration is dropped (see webhook_secret.lua).
 -- A new session wakes the agent's parked long-polls (they look again and find themselves superseded).
+-- Also records seen_at (ms of Redis TIME): the agent's last registration, fetch or acknowledgement.
 -- Returns {previous session or "", registered_at, created (1|0)}.
 local previous = redis.call('HMGET', KEYS[1], 'session', 'registered_at', 'superseded')
 local created = 0
@@ -17,6 +18,8 @@ redis.call('HSET', KEYS[1],
   'agent', ARGV[1], 'provider', ARGV[2], 'endpoint', ARGV[3], 'tier', ARGV[4],
   'session', ARGV[5], 'registered_at', registered_at, 'updated_at', ARGV[6])
 redis.call('HDEL', KEYS[1], 'webhook_secret')
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
 local ok = redis.pcall('XGROUP', 'CREATE', KEYS[2], ARGV[7], '0', 'MKSTREAM')
 if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, true) then
   return redis.error_reply(ok.err)

@@ -1,0 +1,20 @@
+-- peek.lua: unacknowledged entries of one inbox, oldest first, read-only (nothing handed out or counted).
+-- KEYS[1] inbox stream
+-- ARGV[1] consumer group   ARGV[2] first entry id (inclusive, or '(' id for exclusive, or '-')
+-- ARGV[3] count
+-- Returns a flat list: for each entry {id, {field, value, ...}, deliveries so far (0 = never fetched), 0}.
+local entries = redis.call('XRANGE', KEYS[1], ARGV[2], '+', 'COUNT', tonumber(ARGV[3]))
+local counts = {}
+if #entries > 0 then
+  local detail = redis.pcall('XPENDING', KEYS[1], ARGV[1], entries[1][1], entries[#entries][1], #entries)
+  if type(detail) == 'table' and not detail.err then
+    for _, row in ipairs(detail) do
+      counts[row[1]] = row[4]
+    end
+  end
+end
+local out = {}
+for _, e in ipairs(entries) do
+  out[#out + 1] = {e[1], e[2], counts[e[1]] or 0, 0}
+end
+return out

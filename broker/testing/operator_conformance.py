@@ -1,0 +1,136 @@
+"""The contract of ``broker.ports.IOperatorView`` (read-only operator queries), for every backend.
+
+Subclass it in a test module (the class name must start with ``Test``) and implement the hooks::
+
+    class TestMyView(OperatorViewConformance[MyBody]):
+        def make_view(self): ...            # a started relay and a view of the same fresh store
+        def body(self, n): ...              # distinct valid bodies
+        def reply(self, n, envelope_id): ...# a valid body answering envelope_id (in_reply_to)
+        def address(self, tier, agent): ... # an address of that tier
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from contextlib import AbstractAsyncContextManager
+from typing import Generic, TypeVar
+
+from broker.addresses import Address
+from broker.envelope import Tier
+from broker.ports import IOperatorView
+from broker.relay import Relay
+from broker.testing.base import WAIT_BOUND
+from broker.testing.polling import eventually
+
+Body = TypeVar("Body")
+
+
+class OperatorViewConformance(ABC, Generic[Body]):
+    @abstractmethod
+    def make_view(self) -> AbstractAsyncContextManager[tuple[Relay[Body], IOperatorView]]:
+        """A started relay on a fresh, empty store, and an opened view of that store."""
+
+    @abstractmethod
+    def body(self, n: int) -> Body: ...
+
+    @abstractmethod
+    def reply(self, n: int, envelope_id: str) -> Body:
+        """A valid body answering ``envelope_id``."""
+
+    @abstractmethod
+    def address(self, tier: Tier, agent: str) -> Address: ...
+
+    async def _agents(self, relay: Relay[Body], *names: str) -> None:
+        for name in names:
+            await relay.register(name, self.address(Tier.HOST, name), f"s-{name}")
+
+    async def test_agents_counts_backlog_pending_and_pages(self) -> None:
+        async with self.make_view() as (relay, view):
+            await self._agents(relay, "carol", "alice", "bob")
+            first = await relay.send("alice", "bob", self.body(1))
+            for n in (2, 3):
+                await relay.send("alice", "bob", self.body(n))
+            await relay.fetch("bob", 1)
+            page = await view.agents()
+            assert [a.agent for a in page.agents] == ["alice", "bob", "carol"]
+            assert page.total == 3
+            bob = page.agents[1]
+            assert (bob.inbox_depth, bob.pending, bob.dead_letters) == (3, 1, 0)
+            assert bob.provider == "claudecode" and bob.tier is Tier.HOST and bob.session == "s-bob"
+            assert bob.oldest_unacked_ms is not None
+            assert abs(bob.oldest_unacked_ms - int(first.sent_at.timestamp() * 1000)) < 60_000
+            alice = page.agents[0]
+            assert (alice.inbox_depth, alice.pending, alice.oldest_unacked_ms) == (0, 0, None)
+            later = await view.agents(limit=1, after="alice")
+            assert [a.agent for a in later.agents] == ["bob"] and later.total == 3
+
+    async def test_last_seen_moves_on_register_fetch_and_ack(self) -> None:
+        async with self.make_view() as (relay, view):
+            await self._agents(relay, "alice", "bob")
+            seen = {a.agent: a.last_seen_ms for a in (await view.agents()).agents}
+            assert seen["alice"] is not None and seen["bob"] is not None
+            sent = await relay.send("alice", "bob", self.body(1))
+            await relay.fetch("bob", 4)
+            await relay.ack("bob", [sent.id])
+            after = {a.agent: a.last_seen_ms for a in (await view.agents()).agents}
+            assert (after["bob"] or 0) >= seen["bob"]
+            registration = await relay.registration("bob")
+            assert registration is not None and registration.last_seen is not None
+            listed = await relay.registrations(after="alice")
+            assert [r.agent for r in listed] == ["bob"] and listed[0].last_seen is not None
+
+    async def test_unacknowledged_is_read_only_and_oldest_first(self) -> None:
+        async with self.make_view() as (relay, view):
+            await self._agents(relay, "alice", "bob")
+            ids = [(await relay.send("alice", "bob", self.body(n))).id for n in range(4)]
+            await relay.fetch("bob", 1)
+            for _ in range(2):
+                peeked = await view.unacknowledged("bob")
+                assert [e.envelope_id for e in peeked] == ids
+                assert [e.deliveries for e in peeked] == [1, 0, 0, 0]
+                assert not any(e.first_delivery for e in peeked)
+                assert peeked[1].sender == "alice" and peeked[1].to == "bob"
+            assert [e.envelope_id for e in await view.unacknowledged("bob", 2, after=ids[0])] == ids[1:3]
+            fetched = await relay.fetch("bob", 8)
+            assert [e.deliveries for e in fetched] == [2, 1, 1, 1]  # peeking counted nothing
+            assert await view.unacknowledged("nobody") == []
+
+    async def test_thread_follows_in_reply_to_both_ways(self) -> None:
+        async with self.make_view() as (relay, view):
+            await self._agents(relay, "alice", "bob")
+            ask = (await relay.send("alice", "bob", self.body(1))).id
+            answer = (await relay.send("bob", "alice", self.reply(2, ask))).id
+            again = (await relay.send("alice", "bob", self.reply(3, answer))).id
+            aside = (await relay.send("bob", "alice", self.reply(4, ask))).id
+            await relay.send("alice", "bob", self.body(5))
+            parents = {answer: ask, again: answer, aside: ask}
+            for start in (ask, answer, again, aside):
+                shown = [e.envelope_id for e in await view.thread(start)]
+                assert sorted(shown) == sorted([ask, *parents]) and shown[0] == ask
+                assert all(shown.index(parents[e]) < shown.index(e) for e in parents)
+            assert len(await view.thread(ask, limit=2)) == 2
+            assert await view.thread("env_00000000000000000000000000") == []
+
+    async def test_follow_sees_new_envelopes_and_counts_nothing(self) -> None:
+        async with self.make_view() as (relay, view):
+            await self._agents(relay, "alice", "bob", "carol")
+            await relay.send("alice", "bob", self.body(0))  # before following: not shown
+            stream = view.follow("bob")
+            first = asyncio.ensure_future(anext(stream))
+            sent: list[str] = []
+
+            async def sent_and_seen() -> bool:
+                await relay.send("alice", "carol", self.body(1))
+                sent.append((await relay.send("alice", "bob", self.body(2))).id)
+                await asyncio.sleep(0)
+                return first.done()
+
+            try:
+                await eventually(sent_and_seen, WAIT_BOUND, "a followed envelope", interval=0.05)
+                got = first.result()
+            finally:
+                first.cancel()
+                await stream.aclose()  # type: ignore[attr-defined]
+            assert got.envelope_id in sent and got.to == "bob" and got.deliveries == 0
+            assert all(e.deliveries == 0 for e in await view.unacknowledged("bob"))
