@@ -64,6 +64,9 @@ class MemoryState:
     """Parked fetches (and claims) of all agents together."""
     parked: dict[str, int] = field(default_factory=dict)
     """Parked fetches and claims now, per agent."""
+    notices: dict[str, tuple[str, tuple[int, int], float]] = field(default_factory=dict)
+    """Per agent: the session of its mail-pending cursor, the newest position announced to it, and the
+    monotonic time of its last notice (``adapters/memory/notice.py``)."""
 
     def park(self, agent: str) -> None:
         """Count one more parked waiter of ``agent``; raises ``TooManyWaits`` over a cap."""

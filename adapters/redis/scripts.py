@@ -111,3 +111,4 @@ class Scripts:
         self.requeue = Script.named("requeue")
         self.inspect = Script.named("inspect")
         self.locate = Script.named("locate")
+        self.notice = Script.named("notice")
