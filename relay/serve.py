@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import redacted
 from adapters.redis.server import EmbeddedRedis
@@ -100,6 +100,8 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         RedisInboxStore(connection),
         RedisRegistry(connection),
         metrics=CollectorRegistry(),
+        notices=RedisNoticeStore(connection),
+        remind_after=settings.remind_after,
     )
     gauges = InboxGauges(connection)
     relay.metrics.registry.register(gauges)
@@ -130,7 +132,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         if settings.agent_mcp_key_file is not None and hasattr(signal, "SIGHUP"):
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, app, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
-        log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
+        log.info("relay serving on %s (/mcp/agent, /agent/wait, /metrics, /healthz, /readyz)", where)
         watch = asyncio.create_task(_watch_store(relay, url))
         try:
             await server.serve()

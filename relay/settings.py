@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.redis.inspect import running_server_url
 from broker.front import limits
+from broker.relay import DEFAULT_REMIND_AFTER_SECONDS
 
 ENV_PREFIX = "RELAY_"
 DEFAULT_DATA_DIR = Path(".relay")
@@ -126,6 +127,13 @@ class ServeSettings(StoreSettings):
         le=16,
         description="answer a send, acknowledgement or registration only once this many replicas hold it "
         "(Redis WAIT); 0 = do not wait",
+    )
+
+    remind_after: float = Field(
+        DEFAULT_REMIND_AFTER_SECONDS,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="seconds before POST /agent/wait announces still-unacknowledged mail again; 0 = never",
     )
 
     @property

@@ -1,6 +1,7 @@
 """The HTTP front: an app factory that mounts a running relay.
 
 Routes: ``/mcp/agent`` (MCP over streamable HTTP, stateless JSON mode, behind agent auth),
+``/agent/wait`` (the mail-pending wait, ``broker.front.wait``, behind the same auth),
 ``/metrics`` (Prometheus text of the relay's registry), ``/healthz`` (process up) and ``/readyz``
 (Redis reachable). The relay's lifecycle stays with the caller: the front owns no storage.
 """
@@ -29,9 +30,10 @@ from broker.front.limits import (
     BodyGuard,
     HostCheck,
 )
-from broker.front.paths import MCP_PATH
+from broker.front.paths import MCP_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server
 from broker.front.tokens import KeyRing
+from broker.front.wait import WaitRoute
 from broker.relay import Relay
 
 log = logging.getLogger("relay.front")
@@ -115,6 +117,8 @@ def create_app(
         app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
         endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth
         app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
+        wait: ASGIApp = WaitRoute(relay, auth)
+        app.router.routes.insert(1, Route(WAIT_PATH, endpoint=HostCheck(wait, hosts) if hosts else wait))
     return app
 
 
