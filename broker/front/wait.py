@@ -107,7 +107,9 @@ def parse_body(raw: bytes) -> int:
     for name in data:
         if name != "timeout_ms":
             raise InvalidArgument(
-                str(name)[:64], "body.unknown_field", "unknown field: the body has only timeout_ms"
+                str(name)[:64],
+                "body.unknown_field",
+                f"unknown field {name!r:.70}: the body has only timeout_ms",
             )
     if "timeout_ms" not in data:
         raise InvalidArgument("timeout_ms", "timeout_ms.required", f"is required, e.g. {_EXAMPLE}")
