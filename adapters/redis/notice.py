@@ -8,6 +8,7 @@ number of waiters) and runs the script again when woken, or when a reminder fall
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from redis.exceptions import ResponseError
@@ -17,11 +18,17 @@ from adapters.redis.entries import announced
 from adapters.redis.inbox import _refusal
 from broker.ports import NOTICE_MAX_COUNT, Notice
 
+MAX_CONCURRENT_LOOKS = 4
+"""Notice scripts one worker runs at once: a storm of waiters (thousands
+connecting, or all of them looking again after the subscription came back) queues here instead of
+opening the pool's every connection; each look takes Redis a few microseconds."""
+
 
 class RedisNoticeStore:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
         self.keys = connection.keys
+        self._looks = asyncio.Semaphore(MAX_CONCURRENT_LOOKS)
 
     async def open(self) -> None:
         await self.connection.open()
@@ -53,13 +60,14 @@ class RedisNoticeStore:
         """The notice due now, and the seconds until a reminder falls due (None: none pending)."""
         connection, keys = self.connection, self.keys
         try:
-            reply = await connection.script(
-                connection.scripts.notice,
-                [keys.registration(agent), keys.inbox(agent), keys.notice(agent)],
-                [session, round(remind_after * 1000), listed, NOTICE_MAX_COUNT],
-                # not retried: a lost reply may have moved the cursor; the reminder repeats the news
-                idempotent=False,
-            )
+            async with self._looks:
+                reply = await connection.script(
+                    connection.scripts.notice,
+                    [keys.registration(agent), keys.inbox(agent), keys.notice(agent)],
+                    [session, round(remind_after * 1000), listed, NOTICE_MAX_COUNT],
+                    # not retried: a lost reply may have moved the cursor; the reminder repeats the news
+                    idempotent=False,
+                )
         except ResponseError as exc:
             raise _refusal(exc, agent, session, agent) from exc
         count, unacknowledged, reminder, due_ms, rows = reply

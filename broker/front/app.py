@@ -81,7 +81,7 @@ def create_app(
         async with manager.run():
             yield
 
-    app = FastAPI(title="relay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = _RelayApp(title="relay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -118,8 +118,22 @@ def create_app(
         endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth
         app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
         wait: ASGIApp = WaitRoute(relay, auth)
-        app.router.routes.insert(1, Route(WAIT_PATH, endpoint=HostCheck(wait, hosts) if hosts else wait))
+        app.wait_route = HostCheck(wait, hosts) if hosts else wait
     return app
+
+
+class _RelayApp(FastAPI):
+    """FastAPI, with ``/agent/wait`` answered before the framework's middleware and routing: a parked
+    wait is held for minutes, by thousands of agents, and every layer it passes through stays in memory
+    meanwhile (the route catches its own errors)."""
+
+    wait_route: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.wait_route is not None and scope.get("path") == WAIT_PATH and scope["type"] == "http":
+            await self.wait_route(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 class PostOnly:

@@ -69,20 +69,15 @@ class WaitRoute:
         except InvalidArgument as exc:
             await _answer(send, 400, error_body(exc))
             return
-        waiting = asyncio.ensure_future(
-            self.relay.wait_for_mail(identity.agent, identity.session, timeout_ms / 1000)
-        )
-        watching = asyncio.ensure_future(_hang_up(receive))
+        # the wait runs in this task; a small watcher cancels it if the caller hangs up (freeing the
+        # parked slot at once): two tasks per waiter, the request's and the watcher's
+        watching = asyncio.ensure_future(_hang_up(receive, asyncio.current_task()))
         try:
-            await asyncio.wait((waiting, watching), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watching.cancel()
-            if not waiting.done():
-                waiting.cancel()  # the caller hung up: free its parked slot now
-        if waiting.cancelled():
-            return
-        try:
-            notice = waiting.result()
+            notice = await self.relay.wait_for_mail(identity.agent, identity.session, timeout_ms / 1000)
+        except asyncio.CancelledError:
+            if watching.done() and not watching.cancelled():
+                return  # hung up: nobody to answer
+            raise
         except RelayError as exc:
             await _answer(send, http_status(exc), error_body(exc))
             return
@@ -91,6 +86,8 @@ class WaitRoute:
             internal = InternalError()
             await _answer(send, http_status(internal), error_body(internal))
             return
+        finally:
+            watching.cancel()
         await _answer(send, 200, answer(notice))
 
 
@@ -166,10 +163,12 @@ async def _body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-async def _hang_up(receive: Receive) -> None:
-    """Return when the caller disconnects (the body was read: nothing else can come)."""
+async def _hang_up(receive: Receive, waiting: asyncio.Task[Any] | None) -> None:
+    """Cancel ``waiting`` when the caller disconnects (the body was read: nothing else can come)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+    if waiting is not None:
+        waiting.cancel()
 
 
 def _refusal(field: str, rule: str, message: str) -> dict[str, object]:
