@@ -15,6 +15,9 @@ append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopba
     ``SendAgentMessage``, and per 16 messages one ``FetchAgentInbox`` (limit 16) and one
     ``AcknowledgeAgentInbox``. The ceiling: a no-op tool on the same workers, same agents, same clients.
 memory: Redis bytes per queued envelope (300-byte text) against a raw 300-byte stream entry.
+wake: the mail-pending wait (``bench/wake.py``): send -> waiter answered with 100 waiters parked
+    (``wake_p50_ms``, ``wake_p99_ms``), and 10,000 idle waiters on one worker (``idle_waiters``,
+    ``idle_waiter_kib`` of worker RSS each, ``idle_redis_conns``); ``--quick`` parks 2,000.
 
 Every relay message carries a unique id in its text; the bench counts deliveries per id and reports
 lost (sent but never acknowledged) and duplicated (delivered again after its acknowledgement) messages.
@@ -52,6 +55,11 @@ from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.front.tokens import generate_key
 from broker.relay import Relay
+
+try:
+    from bench.wake import LATENCY_WAITERS, wake_figures
+except ModuleNotFoundError:  # run as a script: bench/ is on the path, not the repository root
+    from wake import LATENCY_WAITERS, wake_figures  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
 BATCH = 16
@@ -670,6 +678,18 @@ async def bench(args: argparse.Namespace) -> int:
                 figures[f"ceiling_{nworkers}w_{agents}a_calls_per_s"] = round(noop_r.median_call_rate)
                 figures[f"mcp_ratio_{config}"] = round(mcp_ratios[config], 2)
             figures["mcp_ceiling_ratio"] = round(min(mcp_ratios.values()), 2)
+        if not args.skip_wake:
+            wake = await wake_figures(
+                server.url, idle=2000 if quick else 10_000, samples=100 if quick else 300
+            )
+            print(
+                f"wake: send -> waiter p50 {wake['wake_p50_ms']} ms, p99 {wake['wake_p99_ms']} ms "
+                f"({LATENCY_WAITERS} waiters, {wake['wake_samples']} sends); {wake['idle_waiters']} idle "
+                f"waiters on one worker: {wake['idle_waiter_kib']} KiB RSS each, "
+                f"{wake['idle_redis_conns']} Redis connections",
+                flush=True,
+            )
+            figures.update({k: v for k, v in wake.items() if k != "wake_samples"})
         if args.cluster:
             key_file = tmp / "relay.key"
             if not key_file.exists():
@@ -730,6 +750,7 @@ def main() -> int:
     parser.add_argument("--mode", default="auto", choices=["auto", "legacy"], help="MCP client mode")
     parser.add_argument("--skip-mcp", action="store_true", help="only (a), (b) and memory")
     parser.add_argument("--skip-core", action="store_true", help="only (c) and its ceiling (profiling)")
+    parser.add_argument("--skip-wake", action="store_true", help="without the mail-pending wait figures")
     parser.add_argument(
         "--cluster",
         action="store_true",
