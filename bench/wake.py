@@ -4,7 +4,8 @@ Called from ``bench/run.py`` (``wake_figures``); runnable alone too::
 
     python bench/wake.py [--idle 10000] [--samples 300]
 
-One ``relay serve`` worker on the bench's Redis. The bench process registers the agents through relay's
+``relay serve`` workers on the bench's Redis, each with ``--max-connections`` above the waiters it is
+to hold (the default, 1000, would answer the rest 503). The bench process registers the agents through relay's
 core (the same scripts the worker runs) and holds the waiters as plain HTTP/1.1 requests on their own
 connections (``POST /agent/wait``, the three agent headers, ``{"timeout_ms": N}``), like Claude Code's
 hook waiters do.
@@ -27,7 +28,6 @@ import contextlib
 import json
 import os
 import random
-import resource
 import secrets
 import shutil
 import subprocess
@@ -48,20 +48,11 @@ from broker.front.key_file import load_key_file
 from broker.front.paths import WAIT_PATH
 from broker.front.tokens import agent_headers, generate_key
 from broker.relay import Relay
+from relay.http_limits import allow_open_files
 
 LATENCY_WAITERS = 100
 IDLE_TIMEOUT_MS = 290_000
 """Long enough to outlast the idle phase, under the route's 300 s cap."""
-
-
-def raise_open_files(wanted: int) -> int:
-    """Raise this process's soft RLIMIT_NOFILE towards ``wanted`` (children inherit it); the new limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if target > soft:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        return target
-    return soft
 
 
 def rss_kib(pid: int) -> int:
@@ -126,10 +117,11 @@ class Waiter:
 class Worker:
     """One ``relay serve`` process on ``redis_url``."""
 
-    def __init__(self, redis_url: str, key_file: Path, port: int) -> None:
+    def __init__(self, redis_url: str, key_file: Path, port: int, connections: int) -> None:
         self.base = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "relay", "serve", "--redis-url", redis_url, "--port", str(port)]
         cmd += ["--agent-mcp-key-file", str(key_file), "--log-level", "warning"]
+        cmd += ["--max-connections", str(connections)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, within: float = 30.0) -> None:
@@ -195,7 +187,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 async def wake_figures(redis_url: str, *, idle: int = 10_000, samples: int = 300) -> dict[str, Any]:
     """Run the two phases against a fresh worker on ``redis_url``; the figures as a dict."""
-    raise_open_files(2 * idle + 2048)
+    connections = LATENCY_WAITERS + idle + 100
+    allow_open_files(connections)  # the bench's client sockets; the workers inherit the limit
     tmp = Path(tempfile.mkdtemp(prefix="relay-wake-"))
     key_file = tmp / "relay.key"
     key_file.write_text(generate_key() + "\n")
@@ -203,9 +196,9 @@ async def wake_figures(redis_url: str, *, idle: int = 10_000, samples: int = 300
     keyring = load_key_file(key_file)
     redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
     with socket_port() as port:
-        worker = Worker(redis_url, key_file, port)
+        worker = Worker(redis_url, key_file, port, connections)
     with socket_port() as idle_port:
-        idle_worker = Worker(redis_url, key_file, idle_port)
+        idle_worker = Worker(redis_url, key_file, idle_port, connections)
     connection = RedisConnection(RedisSettings(url=redis_url))
     relay = Relay(
         AgentMessageContract(),
