@@ -154,6 +154,10 @@ async def test_refusals_other_than_the_body(front: Front) -> None:
         assert (await http.post(url, json={"timeout_ms": 0})).status_code == 401
         got = await http.get(url, headers=front.headers("bob", "b-1"))
         assert got.status_code == 405 and got.headers["allow"] == "POST"
+        rebound = await http.post(
+            url, json={"timeout_ms": 0}, headers={**front.headers("bob", "b-1"), "host": "evil.example"}
+        )
+        assert rebound.status_code == 421  # the Host check of /mcp/agent guards the wait too
         big = await http.post(url, content=b" " * (MAX_BODY_BYTES + 1), headers=front.headers("bob", "b-1"))
         assert big.status_code == 413 and big.json()["error"]["violations"][0]["rule"] == "body.max_bytes"
     superseded = await _wait(front, "bob", "b-0", {"timeout_ms": 0})
