@@ -4,6 +4,7 @@ returns."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from typing import Any
@@ -14,7 +15,9 @@ import pytest
 from broker.front.paths import WAIT_PATH
 from broker.front.wait import MAX_BODY_BYTES, MAX_TIMEOUT_MS
 from broker.preview import PREVIEW_CHARS
+from broker.relay import DEFAULT_REMIND_AFTER_SECONDS
 from broker.testing.polling import eventually
+from relay.settings import ServeSettings, SettingsError, add_options, load
 from tests.front_support import Front, running_front
 from tests.test_front_mcp import REGISTER, data
 
@@ -164,3 +167,12 @@ async def test_refusals_other_than_the_body(front: Front) -> None:
     assert (superseded.status_code, superseded.json()["error"]["code"]) == (409, "session_superseded")
     unknown = await _wait(front, "nobody", "n-1", {"timeout_ms": 0})
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "unregistered_agent")
+
+
+async def test_remind_after_is_a_serve_setting_checked_once() -> None:
+    parser = argparse.ArgumentParser()
+    add_options(parser, ServeSettings)
+    assert load(ServeSettings, parser.parse_args([])).remind_after == DEFAULT_REMIND_AFTER_SECONDS == 3600
+    assert load(ServeSettings, parser.parse_args(["--remind-after", "0"])).remind_after == 0
+    with pytest.raises(SettingsError, match="--remind-after / RELAY_REMIND_AFTER"):
+        load(ServeSettings, parser.parse_args(["--remind-after", "-1"]))
