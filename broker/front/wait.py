@@ -71,7 +71,8 @@ class WaitRoute:
             return
         # the wait runs in this task; a small watcher cancels it if the caller hangs up (freeing the
         # parked slot at once): two tasks per waiter, the request's and the watcher's
-        watching = asyncio.ensure_future(_hang_up(receive, asyncio.current_task()))
+        waiting = _Waiting(asyncio.current_task())
+        watching = asyncio.ensure_future(_hang_up(receive, waiting))
         try:
             notice = await self.relay.wait_for_mail(identity.agent, identity.session, timeout_ms / 1000)
         except asyncio.CancelledError:
@@ -87,6 +88,7 @@ class WaitRoute:
             await _answer(send, http_status(internal), error_body(internal))
             return
         finally:
+            waiting.task = None  # set before any further await: the watcher can no longer cancel
             watching.cancel()
         await _answer(send, 200, answer(notice))
 
@@ -163,12 +165,21 @@ async def _body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-async def _hang_up(receive: Receive, waiting: asyncio.Task[Any] | None) -> None:
-    """Cancel ``waiting`` when the caller disconnects (the body was read: nothing else can come)."""
+class _Waiting:
+    """The request task while it waits (None once the wait is over)."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+
+
+async def _hang_up(receive: Receive, waiting: _Waiting) -> None:
+    """Cancel the wait when the caller disconnects (the body was read: nothing else can come)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-    if waiting is not None:
-        waiting.cancel()
+    if waiting.task is not None:
+        waiting.task.cancel()
 
 
 def _refusal(field: str, rule: str, message: str) -> dict[str, object]:
