@@ -18,6 +18,9 @@ memory: Redis bytes per queued envelope (300-byte text) against a raw 300-byte s
 network: the network listener's figures (``bench/network.py``): ``webhook_p99_ms`` (send -> verified
     webhook notification, 100 remote agents) and ``mcp_tls_ratio`` (MCP calls over TLS / plain loopback).
 people: ``relay agents`` with 1,000 registered agents and 100,000 queued envelopes (``bench/people.py``).
+wake: the mail-pending wait (``bench/wake.py``): send -> waiter answered with 100 waiters parked
+    (``wake_p50_ms``, ``wake_p99_ms``), and 10,000 idle waiters on one worker (``idle_waiters``,
+    ``idle_waiter_kib`` of worker RSS each, ``idle_redis_conns``); ``--quick`` parks 2,000.
 
 Every relay message carries a unique id in its text; the bench counts deliveries per id and reports
 lost (sent but never acknowledged) and duplicated (delivered again after its acknowledgement) messages.
@@ -56,6 +59,11 @@ from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.front.tokens import generate_key
 from broker.relay import Relay
+
+try:
+    from bench.wake import LATENCY_WAITERS, wake_figures
+except ModuleNotFoundError:  # run as a script: bench/ is on the path, not the repository root
+    from wake import LATENCY_WAITERS, wake_figures  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
 BATCH = 16
@@ -680,6 +688,18 @@ async def bench(args: argparse.Namespace) -> int:
             figures.update(await network_phases(server.url, tmp, rounds, mcp_duration))
         if not args.skip_people:
             figures.update(await people.bench_agents())
+        if not args.skip_wake:
+            wake = await wake_figures(
+                server.url, idle=2000 if quick else 10_000, samples=100 if quick else 300
+            )
+            print(
+                f"wake: send -> waiter p50 {wake['wake_p50_ms']} ms, p99 {wake['wake_p99_ms']} ms "
+                f"({LATENCY_WAITERS} waiters, {wake['wake_samples']} sends); {wake['idle_waiters']} idle "
+                f"waiters on one worker: {wake['idle_waiter_kib']} KiB RSS each, "
+                f"{wake['idle_redis_conns']} Redis connections",
+                flush=True,
+            )
+            figures.update({k: v for k, v in wake.items() if k != "wake_samples"})
         if args.cluster:
             key_file = tmp / "relay.key"
             if not key_file.exists():
@@ -744,6 +764,7 @@ def main() -> int:
     parser.add_argument(
         "--skip-people", action="store_true", help="not `relay agents` with 1,000 agents (bench/people.py)"
     )
+    parser.add_argument("--skip-wake", action="store_true", help="without the mail-pending wait figures")
     parser.add_argument(
         "--cluster",
         action="store_true",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from broker.envelope import Tier
 
@@ -41,6 +41,19 @@ class RelayMetrics:
             ["tier"],
             registry=self.registry,
         )
+        self.notices = Counter(
+            "csf_relay_notices",
+            "Mail-pending waits answered with a notice, by kind (new mail, or a reminder).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.parked = Gauge(
+            "csf_relay_parked_waits",
+            "Long-poll fetches and mail-pending waits parked in this process now.",
+            registry=self.registry,
+        )
+        for kind in ("new", "reminder"):
+            self.notices.labels(kind=kind)
         for tier in Tier:
             self.dead_lettered.labels(tier=tier.label)
         self._sent = {tier: self.sent.labels(tier=tier.label) for tier in Tier}

@@ -1,6 +1,7 @@
 """The storage ports the relay core is built on.
 
-``IRegistry`` holds registrations; ``IInboxStore`` holds envelopes. A store is paired with the registry
+``IRegistry`` holds registrations; ``IInboxStore`` holds envelopes; ``INoticeStore`` tells an agent that
+mail is waiting, without touching the inbox. A store is paired with the registry
 of the same backend (same Redis, same memory state): ``fetch``/``ack`` check the caller's registration
 atomically with what they read or write, and ``append`` checks the recipient's atomically with the
 append, so a send never lands in an inbox whose owner is not registered.
@@ -278,3 +279,75 @@ class IOperatorView(Protocol):
     async def thread(self, envelope_id: str, limit: int = 1000) -> list[StoredEnvelope]: ...
 
     def follow(self, agent: str | None = None) -> AsyncIterator[StoredEnvelope]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Announced:
+    """One envelope as a notice lists it: who sent it, when, and its body fields (never delivery state)."""
+
+    envelope_id: str
+    sender: str
+    tier: Tier
+    sent_at_ms: int
+    fields: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """The answer to a mail-pending wait.
+
+    ``count`` is how many envelopes this notice announces (0: nothing to say, the wait timed out or was
+    answered because the store is closing); ``envelopes`` the oldest of them, at most the ``listed``
+    asked for; ``unacknowledged`` how many envelopes the inbox holds in all; ``reminder`` is True when the
+    notice repeats mail already announced (nothing new arrived, the reminder interval passed)."""
+
+    count: int = 0
+    unacknowledged: int = 0
+    reminder: bool = False
+    envelopes: tuple[Announced, ...] = ()
+
+
+NOTICE_MAX_COUNT = 1000
+"""Envelopes one notice announces at most; more are announced by the next wait, at once."""
+
+
+class INoticeStore(Protocol):
+    """ "Mail pending" notices: a read-only wait that says when an agent has mail it was not told about.
+
+    Paired with the inbox store and the registry of the same backend. Semantics every implementation
+    keeps:
+
+    - A cursor per agent remembers the newest envelope announced, so each envelope is announced once:
+      a wait re-armed after a notice does not answer again for the same mail. The cursor is shared by
+      every process using the backend, and belongs to the agent's current session: a new session
+      (its model was told nothing) starts from the oldest unacknowledged envelope.
+    - When nothing new arrived but the inbox still holds unacknowledged envelopes, the wait answers a
+      reminder (``reminder=True``, ``count`` = the unacknowledged envelopes, the oldest listed) once
+      ``remind_after`` seconds have passed since the agent's last notice of either kind; ``0`` never
+      reminds. A reminder is one notice, so reminders come at most once per interval.
+    - A notice never acknowledges, never counts a delivery, never claims: what ``IInboxStore.fetch``
+      returns (ids, order, ``deliveries``) is exactly what it would be without any wait.
+    - The caller's session is checked like a fetch's, before and after parking: a superseded
+      session's wait raises ``SessionSuperseded`` and moves no cursor.
+    - A parked wait holds no store connection of its own; it is woken like a parked fetch (a send, a
+      requeue, a new registration) and shares the fetches' caps (``max_waits_per_agent`` per agent,
+      ``max_waits`` in all; one more raises ``TooManyWaits`` at once). Closing the store answers every
+      parked wait at once with an empty notice.
+    """
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def wait(
+        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int
+    ) -> Notice:
+        """Announce what ``agent`` was not told about, parking up to ``seconds`` for it.
+
+        Returns at once when something is to be announced (new envelopes, or a reminder falling due),
+        else when it is, else an empty ``Notice`` after ``seconds``. ``listed`` caps ``envelopes``.
+        Raises:
+            UnregisteredAgent, SessionSuperseded, TooManyWaits, BackendUnavailable; the cursor is
+            unchanged when any is raised.
+        """
+        ...

@@ -19,7 +19,7 @@ from broker.envelope import Envelope, Tier, from_ms, now_ms
 from broker.errors import InvalidArgument, RelayError, RelayNotRunning
 from broker.ids import check_agent_id, check_session_id, is_envelope_id
 from broker.metrics import RelayMetrics
-from broker.ports import IInboxStore, IRegistry, Registration
+from broker.ports import IInboxStore, INoticeStore, IRegistry, Notice, Registration
 
 Body = TypeVar("Body")
 _T = TypeVar("_T")
@@ -32,6 +32,12 @@ MAX_ACK_IDS = 1024
 """Envelope ids one acknowledgement takes at most."""
 MAX_WAIT_SECONDS = 25.0
 """The longest a blocking fetch waits unless a relay is built with another ``max_wait``."""
+MAX_NOTICE_WAIT_SECONDS = 300.0
+"""The longest a mail-pending wait (``wait_for_mail``) parks."""
+DEFAULT_REMIND_AFTER_SECONDS = 3600.0
+"""Unacknowledged mail is announced again at most this often unless a relay is built otherwise."""
+NOTICE_LISTED = 5
+"""Envelopes a notice lists at most (its ``count`` says how many it announces)."""
 
 
 def check_fetch_limit(limit: object) -> int:
@@ -48,6 +54,17 @@ class Registered:
     registration: Registration
     created: bool
     superseded_session: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MailNotice(Generic[Body]):
+    """The answer of ``wait_for_mail``: see ``broker.ports.Notice``. ``envelopes`` carry
+    ``deliveries=0``: a notice is not a delivery."""
+
+    count: int
+    unacknowledged: int
+    reminder: bool
+    envelopes: tuple[Envelope[Body], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +88,8 @@ class Relay(Generic[Body]):
         metrics: the Prometheus registry to export ``csf_relay_*`` on;
             a private one when omitted.
         max_wait: the longest a blocking fetch may wait, in seconds; longer waits are capped.
+        notices: the mail-pending notice store (same backend); without it ``wait_for_mail`` is refused.
+        remind_after: seconds after which unacknowledged mail is announced again; 0 = never.
     """
 
     def __init__(
@@ -81,13 +100,18 @@ class Relay(Generic[Body]):
         *,
         metrics: CollectorRegistry | None = None,
         max_wait: float = MAX_WAIT_SECONDS,
+        notices: INoticeStore | None = None,
+        remind_after: float = DEFAULT_REMIND_AFTER_SECONDS,
     ) -> None:
         self.contract = contract
         self.metrics = RelayMetrics(metrics)
         self.max_wait = max_wait
+        self.remind_after = remind_after
         self._inbox = inbox
         self._registry = registry
+        self._notices = notices
         self._running = False
+        self.metrics.parked.set_function(lambda: self._inbox.parked())
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -97,6 +121,8 @@ class Relay(Generic[Body]):
         await self._registry.open()
         try:
             await self._inbox.open()
+            if self._notices is not None:
+                await self._notices.open()
         except BaseException:
             await self._registry.close()
             raise
@@ -107,6 +133,8 @@ class Relay(Generic[Body]):
             return
         self._running = False
         try:
+            if self._notices is not None:
+                await self._notices.close()
             await self._inbox.close()
         finally:
             await self._registry.close()
@@ -263,6 +291,48 @@ class Relay(Generic[Body]):
         if outcome.acknowledged:
             self.metrics.acknowledged.inc(len(outcome.acknowledged))
         return Acknowledged(outcome.acknowledged, outcome.unknown, outcome.origins)
+
+    # -- mail-pending notices --------------------------------------------------------------------
+
+    async def wait_for_mail(self, agent: str, session: str, wait: float) -> MailNotice[Body]:
+        """Wait up to ``wait`` seconds (capped at ``MAX_NOTICE_WAIT_SECONDS``) until ``agent`` has mail
+        it was not told about, or a reminder of unacknowledged mail falls due (``remind_after``).
+
+        Read-only for the inbox: nothing is acknowledged, no delivery is counted, fetch results are
+        unchanged (``broker.ports.INoticeStore``). Parks like a blocking fetch, under the same caps.
+        Raises:
+            InvalidArgument, UnregisteredAgent, SessionSuperseded, TooManyWaits, BackendUnavailable.
+        """
+        self._check_running()
+        check_agent_id(agent)
+        check_session_id(session)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+            raise InvalidArgument("wait", "wait.range", "must be a non-negative number of seconds")
+        if self._notices is None:
+            raise RelayNotRunning("this relay was built without a notice store; pass notices=")
+        notice: Notice = await self._guard(
+            self._notices.wait(
+                agent,
+                session,
+                seconds=min(float(wait), MAX_NOTICE_WAIT_SECONDS),
+                remind_after=self.remind_after,
+                listed=NOTICE_LISTED,
+            )
+        )
+        if notice.count:
+            self.metrics.notices.labels(kind="reminder" if notice.reminder else "new").inc()
+        envelopes = tuple(
+            Envelope(
+                id=one.envelope_id,
+                sender=one.sender,
+                to=agent,
+                tier=one.tier,
+                message=self.contract.from_fields(one.fields),
+                sent_at=from_ms(one.sent_at_ms),
+            )
+            for one in notice.envelopes
+        )
+        return MailNotice(notice.count, notice.unacknowledged, notice.reminder, envelopes)
 
     # -- internals -------------------------------------------------------------------------------
 

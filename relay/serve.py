@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import redacted
 from adapters.redis.server import EmbeddedRedis
@@ -103,6 +103,8 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         RedisInboxStore(connection),
         RedisRegistry(connection),
         metrics=CollectorRegistry(),
+        notices=RedisNoticeStore(connection),
+        remind_after=settings.remind_after,
     )
     gauges = InboxGauges(connection)
     relay.metrics.registry.register(gauges)
@@ -143,7 +145,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             apps: list[object] = [app, *(each.config.app for each in servers[1:])]
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, apps, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
-        log.info("relay serving on %s (/mcp/agent, /metrics, /healthz, /readyz)", where)
+        log.info("relay serving on %s (/mcp/agent, /agent/wait, /metrics, /healthz, /readyz)", where)
         watch = asyncio.create_task(_watch_store(relay, url))
         try:
             await asyncio.gather(*(each.serve() for each in servers))

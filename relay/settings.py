@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.redis.inspect import running_server_url
 from broker.front import limits
+from broker.relay import DEFAULT_REMIND_AFTER_SECONDS
 
 ENV_PREFIX = "RELAY_"
 DEFAULT_DATA_DIR = Path(".relay")
@@ -170,6 +171,13 @@ class ServeSettings(StoreSettings):
         None,
         description="PEM CA bundle webhook endpoints' certificates are verified against (default: the "
         "system store)",
+    )
+
+    remind_after: float = Field(
+        DEFAULT_REMIND_AFTER_SECONDS,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="seconds before POST /agent/wait announces still-unacknowledged mail again; 0 = never",
     )
 
     @property

@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client import CollectorRegistry
 
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import DEFAULT_MAX_BODY_BYTES, create_app
 from broker.front.tokens import KeyRing, agent_headers, generate_key
@@ -38,6 +38,7 @@ class Front:
     base: str
     keyring: KeyRing
     relay: Relay[AgentMessage]
+    connection: RedisConnection | None = None
 
     def headers(self, agent: str, session: str, ttl: int = 3600) -> dict[str, str]:
         return agent_headers(self.keyring, agent, session, ttl)
@@ -86,11 +87,14 @@ async def running_front(
         RedisRegistry(connection),
         metrics=CollectorRegistry(),
         max_wait=max_wait,
+        notices=RedisNoticeStore(connection),
     )
     async with relay:
         app = create_app(relay, keyring=keyring, max_body_bytes=max_body_bytes)
         async with serve_app(app) as base:
-            yield Front(url=f"{base}/mcp/agent", base=base, keyring=keyring, relay=relay)
+            yield Front(
+                url=f"{base}/mcp/agent", base=base, keyring=keyring, relay=relay, connection=connection
+            )
 
 
 def key_file(tmp: Path) -> Path:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.memory import MemoryInboxStore, MemoryNoticeStore, MemoryRegistry, MemoryState
+from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from broker.addresses import Address, ClaudeCodeAddress, RemoteAddress, WorkbenchAddress
 from broker.contract import Contract
 from broker.envelope import Tier
@@ -46,7 +46,16 @@ async def memory_relays(
         max_waits_per_agent=limits.max_waits_per_agent,
         max_waits=limits.max_waits,
     )
-    relays = [Relay(contract, MemoryInboxStore(state), MemoryRegistry(state)) for _ in range(count)]
+    relays = [
+        Relay(
+            contract,
+            MemoryInboxStore(state),
+            MemoryRegistry(state),
+            notices=MemoryNoticeStore(state),
+            remind_after=limits.remind_after,
+        )
+        for _ in range(count)
+    ]
     async with contextlib.AsyncExitStack() as stack:
         for relay in relays:
             await stack.enter_async_context(relay)
@@ -69,7 +78,15 @@ async def redis_relays(
     relays: list[Relay[B]] = []
     for _ in range(count):
         connection = RedisConnection(settings)
-        relays.append(Relay(contract, RedisInboxStore(connection), RedisRegistry(connection)))
+        relays.append(
+            Relay(
+                contract,
+                RedisInboxStore(connection),
+                RedisRegistry(connection),
+                notices=RedisNoticeStore(connection),
+                remind_after=limits.remind_after,
+            )
+        )
     async with contextlib.AsyncExitStack() as stack:
         for relay in relays:
             await stack.enter_async_context(relay)

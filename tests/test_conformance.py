@@ -12,6 +12,7 @@ from broker.envelope import Tier
 from broker.relay import Relay
 from broker.testing.base import Limits
 from broker.testing.conformance import RelayConformance
+from broker.testing.notice_conformance import NoticeConformance
 from tests.support import address_for, memory_relays, redis_relays
 
 
@@ -56,3 +57,20 @@ class TestRedisClusterRelay(TestMemoryRelay):
         self, count: int, limits: Limits = Limits()
     ) -> AbstractAsyncContextManager[list[Relay[AgentMessage]]]:
         return redis_relays(AgentMessageContract(), self.url, count, limits)
+
+
+class TestMemoryNotices(NoticeConformance[AgentMessage]):
+    make_relays = TestMemoryRelay.make_relays
+    body = TestMemoryRelay.body
+    invalid_body = TestMemoryRelay.invalid_body
+    address = TestMemoryRelay.address
+
+
+class TestRedisNotices(TestMemoryNotices):
+    _url = TestRedisRelay._url
+    make_relays = TestRedisRelay.make_relays
+
+
+class TestRedisClusterNotices(TestMemoryNotices):
+    _url = TestRedisClusterRelay._url
+    make_relays = TestRedisClusterRelay.make_relays

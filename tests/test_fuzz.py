@@ -81,7 +81,7 @@ def stored_envelopes(store: redis.Redis, prefix: str) -> int:
 def assert_layout(store: redis.Redis, prefix: str, agents: set[str]) -> None:
     """Every key under ``prefix`` is one of the documented ones, for an agent the test authenticated."""
     agent = AGENT_ID_PATTERN.removeprefix("^").removesuffix("$")
-    pattern = re.compile(rf"{re.escape(prefix)}:(?:(agent|inbox|dead|rate):\{{({agent})\}}|agents)")
+    pattern = re.compile(rf"{re.escape(prefix)}:(?:(agent|inbox|dead|rate|notice):\{{({agent})\}}|agents)")
     keys = list(store.scan_iter(f"{prefix}:*", count=1000))
     assert keys, "the run created no keys at all"
     for key in keys:

@@ -1,7 +1,8 @@
 """The memory backend: embedded use and the conformance reference."""
 
 from adapters.memory.inbox import MemoryInboxStore
+from adapters.memory.notice import MemoryNoticeStore
 from adapters.memory.registry import MemoryRegistry
 from adapters.memory.state import MemoryState
 
-__all__ = ["MemoryInboxStore", "MemoryRegistry", "MemoryState"]
+__all__ = ["MemoryInboxStore", "MemoryNoticeStore", "MemoryRegistry", "MemoryState"]

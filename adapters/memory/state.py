@@ -91,6 +91,10 @@ class MemoryState:
         for queue in self.followers:
             queue.put_nowait((agent, entry))
 
+    notices: dict[str, tuple[str, tuple[int, int], float]] = field(default_factory=dict)
+    """Per agent: the session of its mail-pending cursor, the newest position announced to it, and the
+    monotonic time of its last notice (``adapters/memory/notice.py``)."""
+
     def park(self, agent: str) -> None:
         """Count one more parked waiter of ``agent``; raises ``TooManyWaits`` over a cap."""
         mine = self.parked.get(agent, 0)

@@ -3,6 +3,15 @@
 from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.inbox import RedisInboxStore
 from adapters.redis.keys import GROUP, Keys
+from adapters.redis.notice import RedisNoticeStore
 from adapters.redis.registry import RedisRegistry
 
-__all__ = ["GROUP", "Keys", "RedisConnection", "RedisInboxStore", "RedisRegistry", "RedisSettings"]
+__all__ = [
+    "GROUP",
+    "Keys",
+    "RedisConnection",
+    "RedisInboxStore",
+    "RedisNoticeStore",
+    "RedisRegistry",
+    "RedisSettings",
+]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from broker.delivery import DEAD_LETTER_FIELDS, REQUEUED_FROM, DeadLetter
 from broker.envelope import Tier, parse_ms, parse_time, to_ms
 from broker.ids import decode_envelope_id, encode_envelope_id
-from broker.ports import StoredEnvelope
+from broker.ports import Announced, StoredEnvelope
 
 FROM, TIER, SENT_AT, NONCE = "from", "tier", "sent_at", "nonce"
 HEADER = (FROM, TIER, SENT_AT)
@@ -72,6 +72,18 @@ def stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
         deliveries=int(str(deliveries)),
         first_delivery=bool(int(str(first))),
     )
+
+
+def announced(row: Sequence[object]) -> Announced:
+    """One ``[entry id, fields]`` row of a notice (``lua/notice.lua``)."""
+    stream_id, values = row
+    fields = fields_of(values)
+    sender = fields.pop(FROM, "")
+    tier = fields.pop(TIER, "")
+    sent_at = fields.pop(SENT_AT, "")
+    nonce = fields.pop(NONCE, "")
+    fields.pop(REQUEUED_FROM, None)
+    return Announced(envelope_id(str(stream_id), nonce), sender, tier_of(tier), parse_ms(sent_at), fields)
 
 
 def rows(agent: str, reply: object) -> list[StoredEnvelope]:

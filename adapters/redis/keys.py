@@ -44,6 +44,11 @@ class Keys:
         """String (with expiry): the worker notifying ``agent`` now."""
         return f"{self.prefix}:webhook-claim:{{{agent}}}"
 
+    def notice(self, agent: str) -> str:
+        """Hash: the agent's mail-pending cursor: ``session``, ``cursor`` (newest entry id announced),
+        ``at`` (Redis time in ms of the last notice)."""
+        return f"{self.prefix}:notice:{{{agent}}}"
+
     def wake_channel(self) -> str:
         """Pub/sub channel: the send, requeue and register scripts publish the agent id here."""
         return f"{self.prefix}:wake"

@@ -115,3 +115,4 @@ class Scripts:
         self.webhook_pending = Script.named("webhook_pending")
         self.webhook_release = Script.named("webhook_release")
         self.peek = Script.named("peek")
+        self.notice = Script.named("notice")

@@ -1,6 +1,7 @@
 """The HTTP front: an app factory that mounts a running relay.
 
 Routes: ``/mcp/agent`` (MCP over streamable HTTP, stateless JSON mode, behind agent auth),
+``/agent/wait`` (the mail-pending wait, ``broker.front.wait``, behind the same auth),
 ``/metrics`` (Prometheus text of the relay's registry), ``/healthz`` (process up) and ``/readyz``
 (Redis reachable). The relay's lifecycle stays with the caller: the front owns no storage.
 
@@ -34,10 +35,11 @@ from broker.front.limits import (
     BodyGuard,
     HostCheck,
 )
-from broker.front.paths import MCP_PATH
+from broker.front.paths import MCP_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server
 from broker.front.tokens import NETWORK_AUDIENCE, KeyRing
 from broker.front.tools import DEFAULT_TOOLS, ToolOptions
+from broker.front.wait import WaitRoute
 from broker.relay import Relay
 from broker.webhooks import IWebhookTargets
 
@@ -100,7 +102,7 @@ def create_app(
         async with manager.run():
             yield
 
-    app = FastAPI(title="relay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = _RelayApp(title="relay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -129,6 +131,8 @@ def create_app(
         app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
         endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth
         app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
+        wait: ASGIApp = WaitRoute(relay, auth)
+        app.wait_route = HostCheck(wait, hosts) if hosts else wait
     return app
 
 
@@ -144,6 +148,20 @@ def _add_metrics_route(
                 reason = " ".join(f"{type(exc).__name__}: {exc}".split())
                 log.warning("metrics refresh failed (%s); serving the last figures", reason[:300])
         return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class _RelayApp(FastAPI):
+    """FastAPI, with ``/agent/wait`` answered before the framework's middleware and routing: a parked
+    wait is held for minutes, by thousands of agents, and every layer it passes through stays in memory
+    meanwhile (the route catches its own errors)."""
+
+    wait_route: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.wait_route is not None and scope.get("path") == WAIT_PATH and scope["type"] == "http":
+            await self.wait_route(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 class PostOnly:

@@ -42,6 +42,12 @@ class AgentAuthMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if await self.authenticate(scope, send) is not None:
+            await self.app(scope, receive, send)
+
+    async def authenticate(self, scope: Scope, send: Send) -> AgentIdentity | None:
+        """The verified caller of an HTTP request, recorded in ``scope``; or None once the 401 is sent.
+        (Also the check of the agent routes that are not MCP, e.g. ``/agent/wait``.)"""
         wanted = {b"authorization": "", b"x-csf-agent-id": "", b"x-csf-session-id": ""}
         found: set[bytes] = set()
         for name, value in scope.get("headers", ()):
@@ -65,10 +71,10 @@ class AgentAuthMiddleware:
                 },
             )
             await _refuse(send, exc)
-            return
+            return None
         scope.setdefault("state", {})["agent"] = identity
         scope["user"] = _authenticated_user(identity)
-        await self.app(scope, receive, send)
+        return identity
 
 
 # An agent repeats the same identity on every call; identities are immutable (expiry included, and

@@ -7,3 +7,5 @@ from typing import Final
 
 MCP_PATH: Final = "/mcp/agent"
 """Where the agent MCP endpoint is served."""
+WAIT_PATH: Final = "/agent/wait"
+"""Where the mail-pending wait is served (``POST``, agent headers, ``{"timeout_ms": N}``)."""

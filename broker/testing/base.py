@@ -29,6 +29,8 @@ class Limits:
     send_burst: int = 0
     max_waits_per_agent: int = 16
     max_waits: int = 10_000
+    remind_after: float = 3600.0
+    """Seconds before unacknowledged mail is announced again by a mail-pending wait."""
 
 
 class ConformanceBase(ABC, Generic[Body]):

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-WAIT_PATH: Final = "/agent/wait"
+from broker.front.paths import WAIT_PATH
+
+__all__ = ["WAIT_PATH", "Pending", "Refused", "Unavailable", "register", "wait"]
 MAX_ANSWER_BYTES: Final = 1024 * 1024
 _MCP_HEADERS: Final = {
     "accept": "application/json, text/event-stream",

@@ -1,0 +1,50 @@
+-- notice.lua: announce what an agent was not told about ("mail pending"); reads the inbox, never the
+-- consumer group (no XREADGROUP, XACK or XCLAIM: fetch results and delivery counts are untouched).
+-- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] notice hash (session, cursor, at)
+-- ARGV[1] session   ARGV[2] remind after, ms (0 = never)   ARGV[3] envelopes to list
+-- ARGV[4] envelopes to announce at most
+-- The cursor (the newest entry id announced) belongs to one session: another session starts again
+-- from the oldest entry. Entries after the cursor are announced and the cursor moves past them; with
+-- nothing new, a reminder of the unacknowledged entries is due `remind after` ms after the last notice.
+-- Times are Redis's (TIME), so every worker agrees.
+-- Returns {count, unacknowledged, reminder (1|0), ms until a reminder is due (-1 = none),
+--          {{entry id, {field, value, ...}}, ...} (the oldest announced, at most ARGV[3])}.
+-- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED.
+local registered = redis.call('HGET', KEYS[1], 'session')
+if not registered then
+  return redis.error_reply('RELAY_UNREGISTERED')
+end
+if registered ~= ARGV[1] then
+  return redis.error_reply('RELAY_SUPERSEDED')
+end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local remind, listed, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local state = redis.call('HMGET', KEYS[3], 'session', 'cursor', 'at')
+local cursor, at = '0-0', 0
+if state[1] == ARGV[1] and state[2] then
+  cursor, at = state[2], tonumber(state[3]) or 0
+end
+local unacknowledged = redis.call('XLEN', KEYS[2])
+local function head(entries)
+  local out = {}
+  for i = 1, math.min(#entries, listed) do
+    out[i] = {entries[i][1], entries[i][2]}
+  end
+  return out
+end
+local fresh = redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', most)
+if #fresh > 0 then
+  redis.call('HSET', KEYS[3], 'session', ARGV[1], 'cursor', fresh[#fresh][1], 'at', now)
+  return {#fresh, unacknowledged, 0, -1, head(fresh)}
+end
+if unacknowledged == 0 or remind <= 0 then
+  return {0, unacknowledged, 0, -1, {}}
+end
+local due = at + remind - now
+if due > 0 then
+  return {0, unacknowledged, 0, due, {}}
+end
+redis.call('HSET', KEYS[3], 'at', now)
+local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', listed)
+return {math.min(unacknowledged, most), unacknowledged, 1, -1, head(oldest)}

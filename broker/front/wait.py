@@ -1,0 +1,206 @@
+"""``POST /agent/wait``: the mail-pending wait as a plain authenticated HTTP route.
+
+Same three agent headers as ``/mcp/agent`` (checked by the same ``AgentAuthMiddleware``, so a reloaded
+key file applies to both). Body: ``{"timeout_ms": N}``, N from 0 to ``MAX_TIMEOUT_MS``. The answer
+(200) is ``{"count", "unacknowledged", "reminder", "envelopes": [{"id", "from", "kind", "preview",
+"sent_at"}, ...]}``: ``count`` 0 when the timeout passed (or relay is shutting down) with nothing to
+announce. Semantics: ``Relay.wait_for_mail`` and ``broker.ports.INoticeStore``; it never acknowledges
+and never changes what ``FetchAgentInbox`` returns. Refusals carry ``broker.errors.error_body`` with the
+status of ``broker.front.errors.http_status``. A caller that hangs up stops its wait at once.
+
+Not MCP on purpose: Claude Code's hook waiter is a short stdlib process, and a long-poll inside an MCP
+tool call would hold a model turn; the route also keeps ``/mcp/agent`` stateless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from broker.agent_message import KIND_LABELS, AgentMessage
+from broker.envelope import format_time
+from broker.errors import InternalError, InvalidArgument, RelayError, error_body, json_type
+from broker.front.errors import http_status
+from broker.preview import preview
+from broker.relay import MAX_NOTICE_WAIT_SECONDS, MailNotice, Relay
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+    from broker.front.auth import AgentAuthMiddleware
+
+log = logging.getLogger("relay.front.wait")
+
+MAX_TIMEOUT_MS: Final = int(MAX_NOTICE_WAIT_SECONDS * 1000)
+"""The longest wait a request may ask for."""
+MAX_BODY_BYTES: Final = 1024
+"""A wait's body is ``{"timeout_ms": N}``; anything much larger is not one."""
+_EXAMPLE: Final = '{"timeout_ms": 30000}'
+
+
+class WaitRoute:
+    """The ASGI app of ``POST /agent/wait`` (see the module docstring)."""
+
+    def __init__(self, relay: Relay[AgentMessage], auth: AgentAuthMiddleware) -> None:
+        self.relay = relay
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope.get("method") != "POST":
+            await _answer(
+                send, 405, _refusal("method", "method.post", "POST the wait"), [(b"allow", b"POST")]
+            )
+            return
+        identity = await self.auth.authenticate(scope, send)
+        if identity is None:
+            return
+        try:
+            timeout_ms = parse_body(await _body(receive))
+        except _TooLarge:
+            await _answer(send, 413, _refusal("body", "body.max_bytes", f"at most {MAX_BODY_BYTES} bytes"))
+            return
+        except _Gone:
+            return
+        except InvalidArgument as exc:
+            await _answer(send, 400, error_body(exc))
+            return
+        # the wait runs in this task; a small watcher cancels it if the caller hangs up (freeing the
+        # parked slot at once): two tasks per waiter, the request's and the watcher's
+        waiting = _Waiting(asyncio.current_task())
+        watching = asyncio.ensure_future(_hang_up(receive, waiting))
+        try:
+            notice = await self.relay.wait_for_mail(identity.agent, identity.session, timeout_ms / 1000)
+        except asyncio.CancelledError:
+            if watching.done() and not watching.cancelled():
+                return  # hung up: nobody to answer
+            raise
+        except RelayError as exc:
+            await _answer(send, http_status(exc), error_body(exc))
+            return
+        except Exception:
+            log.exception("the mail-pending wait of %s failed", identity.agent)
+            internal = InternalError()
+            await _answer(send, http_status(internal), error_body(internal))
+            return
+        finally:
+            waiting.task = None  # set before any further await: the watcher can no longer cancel
+            watching.cancel()
+        await _answer(send, 200, answer(notice))
+
+
+def parse_body(raw: bytes) -> int:
+    """``timeout_ms`` of a wait's body; ``InvalidArgument`` naming the field and rule otherwise."""
+    try:
+        data: Any = json.loads(raw)
+    except ValueError:
+        raise InvalidArgument("body", "body.json", f"the body must be JSON such as {_EXAMPLE}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument(
+            "body", "body.type", f"must be a JSON object such as {_EXAMPLE}, got {json_type(data)}"
+        )
+    for name in data:
+        if name != "timeout_ms":
+            raise InvalidArgument(
+                str(name)[:64],
+                "body.unknown_field",
+                f"unknown field {name!r:.70}: the body has only timeout_ms",
+            )
+    if "timeout_ms" not in data:
+        raise InvalidArgument("timeout_ms", "timeout_ms.required", f"is required, e.g. {_EXAMPLE}")
+    value = data["timeout_ms"]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(
+            "timeout_ms", "timeout_ms.type", f"must be a whole number of milliseconds, got {json_type(value)}"
+        )
+    if not 0 <= value <= MAX_TIMEOUT_MS:
+        raise InvalidArgument("timeout_ms", "timeout_ms.range", f"must be from 0 to {MAX_TIMEOUT_MS}")
+    return value
+
+
+def answer(notice: MailNotice[AgentMessage]) -> dict[str, object]:
+    """The 200 body for ``notice``; previews are one escaped line of at most ~120 characters."""
+    return {
+        "count": notice.count,
+        "unacknowledged": notice.unacknowledged,
+        "reminder": notice.reminder,
+        "envelopes": [
+            {
+                "id": envelope.id,
+                "from": envelope.sender,
+                "kind": KIND_LABELS.get(envelope.message.kind, str(envelope.message.kind)),
+                "preview": preview(envelope.message.text),
+                "sent_at": format_time(envelope.sent_at),
+            }
+            for envelope in notice.envelopes
+        ],
+    }
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Gone(Exception):
+    pass
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Gone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class _Waiting:
+    """The request task while it waits (None once the wait is over)."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+
+
+async def _hang_up(receive: Receive, waiting: _Waiting) -> None:
+    """Cancel the wait when the caller disconnects (the body was read: nothing else can come)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    if waiting.task is not None:
+        waiting.task.cancel()
+
+
+def _refusal(field: str, rule: str, message: str) -> dict[str, object]:
+    return error_body(InvalidArgument(field, rule, message))
+
+
+async def _answer(
+    send: Send, status: int, body: dict[str, object], extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    with contextlib.suppress(OSError):
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode("ascii")),
+                    (b"cache-control", b"no-store"),
+                    *(extra or []),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
