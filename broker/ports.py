@@ -319,7 +319,8 @@ class INoticeStore(Protocol):
 
     - A cursor per agent remembers the newest envelope announced, so each envelope is announced once:
       a wait re-armed after a notice does not answer again for the same mail. The cursor is shared by
-      every process using the backend, and belongs to the agent's current session: a new session
+      every process using the backend and by every reader (``POST /agent/wait``, webhook notifications
+      through ``broker.webhooks.announce``), and belongs to the agent's current session: a new session
       (its model was told nothing) starts from the oldest unacknowledged envelope.
     - When nothing new arrived but the inbox still holds unacknowledged envelopes, the wait answers a
       reminder (``reminder=True``, ``count`` = the unacknowledged envelopes, the oldest listed) once

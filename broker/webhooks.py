@@ -4,8 +4,11 @@ A ``remote`` agent registered with an ``https://`` endpoint gets a signing secre
 registration (``whsec_`` + base64 of ``SECRET_BYTES`` random bytes, the Standard Webhooks format). When
 mail arrives for it, relay POSTs a thin JSON summary to that endpoint, signed per Standard Webhooks. The
 notification only says that mail is waiting: the agent still fetches and acknowledges over MCP, and
-the inbox stays the truth. Each envelope is announced once; mail that arrives while a notification is
-in flight rides on the next one. The dispatcher (``adapters.webhooks``) drives these ports.
+the inbox stays the truth. What a notification announces comes from the agent's mail-pending notice
+store (``broker.ports.INoticeStore``, see ``announce``): one cursor per agent for webhooks and
+``POST /agent/wait`` alike, so each envelope is announced once, by whichever asks first. Mail that
+arrives while a notification is in flight rides on the next one. The dispatcher
+(``adapters.webhooks``) drives these ports.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from typing import Any, Final, Protocol
 
 from broker.addresses import RemoteAddress
 from broker.envelope import format_ms
+from broker.ports import INoticeStore, Notice
 
 SECRET_PREFIX: Final = "whsec_"  # noqa: S105 - a format tag, not a secret
 SECRET_BYTES: Final = 32
 SUMMARY_ENVELOPES: Final = 5
-"""Envelopes a notification lists at most (the newest unannounced ones are counted in ``pending``)."""
+"""Envelopes a notification lists at most (the oldest it announces; ``pending`` counts the whole inbox)."""
 EVENT_TYPE: Final = "relay.inbox.pending"
 
 
@@ -37,53 +41,28 @@ def is_webhook_endpoint(provider: str, endpoint: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class WebhookTarget:
-    """Where an agent's notifications go and the secret they are signed with."""
+    """Where an agent's notifications go, the secret they are signed with, and the session of the
+    registration both belong to (the notice cursor they move is that session's)."""
 
     agent: str
+    session: str
     endpoint: str
     secret: str
 
 
-@dataclass(frozen=True, slots=True)
-class PendingEnvelope:
-    """One envelope as a notification names it (never its text)."""
+async def announce(notices: INoticeStore, target: WebhookTarget) -> Notice:
+    """Announce, now, what ``target``'s agent was not told about: the envelopes after its notice
+    cursor (``count`` of them, the oldest ``SUMMARY_ENVELOPES`` listed), the cursor moving past them.
 
-    id: str
-    sender: str
-    kind: str
-    sent_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class PendingMail:
-    """What an agent has not been told about yet.
-
-    ``pending`` counts every unacknowledged envelope; ``envelopes`` are the first unannounced ones (at
-    most ``SUMMARY_ENVELOPES``); ``cursor`` marks the newest unannounced envelope (None: nothing new), to
-    be handed back to ``announced``.
+    A notice read that never parks and never reminds: ``count`` 0 means nothing new. The cursor moves
+    as the notice is read, before any notification is posted, so a notification that is then dropped
+    leaves its envelopes announced (a hint may be lost; the inbox keeps the mail). Raises what
+    ``INoticeStore.wait`` raises; ``SessionSuperseded`` or ``UnregisteredAgent`` when the registration
+    changed since ``target`` was read.
     """
-
-    agent: str
-    pending: int
-    envelopes: tuple[PendingEnvelope, ...]
-    cursor: str | None
-
-
-class IPendingMail(Protocol):
-    """Mail an agent has not been told about, read without touching delivery state.
-
-    ``pending_for`` never changes anything: the same call answers the same until ``announced`` moves the
-    agent's cursor, or mail arrives or is acknowledged. ``announced(agent, cursor)`` records that every
-    envelope up to ``cursor`` (from ``pending_for``) was announced; a later ``pending_for`` lists only
-    newer ones. Raises ``BackendUnavailable`` when the store does not answer. The dispatcher reads
-    ``pending_for`` only while it holds the agent's claim and calls ``announced`` right after
-    delivering, so a store whose read also announces (moves the cursor itself, ``announced`` then
-    doing nothing) serves it too.
-    """
-
-    async def pending_for(self, agent: str) -> PendingMail: ...
-
-    async def announced(self, agent: str, cursor: str) -> None: ...
+    return await notices.wait(
+        target.agent, target.session, seconds=0, remind_after=0, listed=SUMMARY_ENVELOPES
+    )
 
 
 class IWebhookTargets(Protocol):
@@ -91,9 +70,9 @@ class IWebhookTargets(Protocol):
 
     ``set_secret`` stores ``secret`` only while ``agent`` is still registered in ``session`` at
     ``endpoint`` (True), so a registration made meanwhile is never given another's secret; every
-    registration drops the secret of the previous one. ``target`` is the endpoint and secret of the
-    current registration when it is a webhook endpoint with a secret, else None. ``agents`` lists every
-    registered agent (to look at each after wake-ups may have been missed).
+    registration drops the secret of the previous one. ``target`` is the session, endpoint and secret
+    of the current registration when it is a webhook endpoint with a secret, else None. ``agents``
+    lists every registered agent (to look at each after wake-ups may have been missed).
     """
 
     async def agents(self) -> list[str]: ...
@@ -112,17 +91,23 @@ class IWebhookClaims(Protocol):
     async def release(self, agent: str, holder: str) -> None: ...
 
 
-def summary(mail: PendingMail, now_ms: int) -> dict[str, Any]:
-    """The JSON body of a notification (Standard Webhooks' ``type`` / ``timestamp`` / ``data``)."""
+def summary(agent: str, notice: Notice, now_ms: int) -> dict[str, Any]:
+    """The JSON body of a notification (Standard Webhooks' ``type`` / ``timestamp`` / ``data``):
+    ``pending`` counts every unacknowledged envelope, ``envelopes`` the oldest announced ones."""
     return {
         "type": EVENT_TYPE,
         "timestamp": format_ms(now_ms),
         "data": {
-            "agent": mail.agent,
-            "pending": mail.pending,
+            "agent": agent,
+            "pending": notice.unacknowledged,
             "envelopes": [
-                {"id": e.id, "from": e.sender, "kind": e.kind, "sent_at": format_ms(e.sent_at_ms)}
-                for e in mail.envelopes
+                {
+                    "id": e.envelope_id,
+                    "from": e.sender,
+                    "kind": e.fields.get("kind", ""),
+                    "sent_at": format_ms(e.sent_at_ms),
+                }
+                for e in notice.envelopes
             ],
         },
     }

@@ -24,6 +24,7 @@ from broker.agent_message import AgentMessage
 from broker.front.app import NetworkListener, create_app
 from broker.front.tokens import KeyRing
 from broker.front.tools import ToolOptions
+from broker.ports import INoticeStore
 from broker.relay import Relay
 from relay.settings import ServeSettings, SettingsError
 
@@ -124,12 +125,13 @@ def network_server(
 
 
 def start_webhooks(
-    settings: ServeSettings, connection: RedisConnection, metrics: CollectorRegistry
+    settings: ServeSettings, connection: RedisConnection, notices: INoticeStore, metrics: CollectorRegistry
 ) -> tuple[RedisWebhooks, WebhookDispatcher]:
-    """The webhook state and a dispatcher following every wake-up of this worker."""
+    """The webhook state and a dispatcher following every wake-up of this worker; it announces
+    through ``notices``, the store behind ``POST /agent/wait`` (one cursor per agent for both)."""
     webhooks = RedisWebhooks(connection)
     client = webhook_client(allow_private=settings.webhook_allow_private, ca_file=settings.webhook_ca_file)
-    dispatcher = WebhookDispatcher(webhooks, webhooks, webhooks, client, metrics)
+    dispatcher = WebhookDispatcher(webhooks, notices, webhooks, client, metrics)
     connection.wakeups.watch(dispatcher.notify, dispatcher.look_at_all)
     if settings.webhook_allow_private:
         log.warning("--webhook-allow-private: webhooks may go to loopback and private addresses")

@@ -98,12 +98,13 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             wait_replicas=settings.wait_replicas,
         )
     )
+    notices = RedisNoticeStore(connection)
     relay = Relay(
         AgentMessageContract(),
         RedisInboxStore(connection),
         RedisRegistry(connection),
         metrics=CollectorRegistry(),
-        notices=RedisNoticeStore(connection),
+        notices=notices,
         remind_after=settings.remind_after,
     )
     gauges = InboxGauges(connection)
@@ -138,7 +139,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         servers = [server]
         dispatcher = None
         if settings.network_port is not None and keyring is not None:
-            webhooks, dispatcher = start_webhooks(settings, connection, relay.metrics.registry)
+            webhooks, dispatcher = start_webhooks(settings, connection, notices, relay.metrics.registry)
             servers.append(network_server(settings, relay, keyring, webhooks, config))
         _answer_parked_polls_on_exit(servers, connection.wakeups.stop_waiting)
         if settings.agent_mcp_key_file is not None and hasattr(signal, "SIGHUP"):

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry
+from adapters.memory.notice import MemoryNoticeStore
 from adapters.memory.state import MemoryState
 from adapters.memory.webhooks import MemoryWebhooks
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from adapters.redis.webhooks import RedisWebhooks
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.ports import INoticeStore
 from broker.relay import Relay
 from broker.testing.webhook_conformance import WebhookConformance, WebhookState
 from tests.support import unique_prefix
@@ -21,10 +23,12 @@ from tests.support import unique_prefix
 
 class TestMemoryWebhooks(WebhookConformance):
     @contextlib.asynccontextmanager
-    async def make_store(self) -> AsyncIterator[tuple[Relay[Any], WebhookState]]:
+    async def make_store(self) -> AsyncIterator[tuple[Relay[Any], WebhookState, INoticeStore]]:
         state = MemoryState()
-        async with Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state)) as relay:
-            yield relay, MemoryWebhooks(state)
+        notices = MemoryNoticeStore(state)
+        inbox, registry = MemoryInboxStore(state), MemoryRegistry(state)
+        async with Relay(AgentMessageContract(), inbox, registry, notices=notices) as relay:
+            yield relay, MemoryWebhooks(state), notices
 
     def body(self, n: int) -> AgentMessage:
         return AgentMessage(kind=Kind.KIND_NOTE, text=f"message {n}")
@@ -36,11 +40,12 @@ class TestRedisWebhooks(TestMemoryWebhooks):
         self.url = redis_url
 
     @contextlib.asynccontextmanager
-    async def make_store(self) -> AsyncIterator[tuple[Relay[Any], WebhookState]]:
+    async def make_store(self) -> AsyncIterator[tuple[Relay[Any], WebhookState, INoticeStore]]:
         connection = RedisConnection(RedisSettings(url=self.url, prefix=unique_prefix()))
-        relay = Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection))
-        async with relay:
-            yield relay, RedisWebhooks(connection)
+        notices = RedisNoticeStore(connection)
+        inbox, registry = RedisInboxStore(connection), RedisRegistry(connection)
+        async with Relay(AgentMessageContract(), inbox, registry, notices=notices) as relay:
+            yield relay, RedisWebhooks(connection), notices
 
 
 class TestRedisClusterWebhooks(TestRedisWebhooks):

@@ -1,5 +1,6 @@
 """Webhook notifications against a real Redis and a real HTTPS receiver on loopback: Standard Webhooks
-signatures, coalescing, retries, several workers, slow and dead endpoints, and the SSRF guard."""
+signatures, coalescing, retries, several workers, one announce cursor shared with mail-pending waits,
+slow and dead endpoints, and the SSRF guard."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 import httpx2
 import pytest
 from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis, RedisCluster
 
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from adapters.redis.webhooks import RedisWebhooks
 from adapters.webhooks.dispatcher import WebhookDispatcher
 from adapters.webhooks.transport import BlockedAddress, webhook_client
@@ -51,6 +53,22 @@ class Worker:
         body = self.relay.contract.from_json({"kind": 1, "text": text})
         return (await self.relay.send(sender, to, body, session="s1")).id
 
+    async def all_announced(self, agent: str) -> bool:
+        """True when the agent's notice cursor is at its newest envelope (read without moving it)."""
+        keys = self.connection.keys
+
+        async def run(client: Redis | RedisCluster) -> bool:
+            cursor = await client.hget(keys.notice(agent), "cursor")
+            newest = await client.xrevrange(keys.inbox(agent), count=1)
+            return not newest or newest[0][0] == cursor
+
+        return await self.connection.call(run, idempotent=True)
+
+
+async def settled(group: list[Worker], agent: str) -> bool:
+    """Every worker idle and all of ``agent``'s mail announced."""
+    return all(w.dispatcher.in_flight() == 0 for w in group) and await group[0].all_announced(agent)
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
@@ -74,11 +92,12 @@ async def workers(
             connection = RedisConnection(RedisSettings(url=redis_url, prefix=prefix))
             metrics = CollectorRegistry()
             inbox, registry = RedisInboxStore(connection), RedisRegistry(connection)
-            relay = Relay(AgentMessageContract(), inbox, registry, metrics=metrics)
+            notices = RedisNoticeStore(connection)
+            relay = Relay(AgentMessageContract(), inbox, registry, metrics=metrics, notices=notices)
             await stack.enter_async_context(relay)
             webhooks = RedisWebhooks(connection)
             client = webhook_client(allow_private=allow_private, ca_file=certs.ca_file)
-            dispatcher = WebhookDispatcher(webhooks, webhooks, webhooks, client, metrics, retry_for=retry_for)
+            dispatcher = WebhookDispatcher(webhooks, notices, webhooks, client, metrics, retry_for=retry_for)
             stack.push_async_callback(dispatcher.close)
             connection.wakeups.watch(dispatcher.notify, dispatcher.look_at_all)
             made.append(Worker(connection, relay, webhooks, dispatcher, metrics))
@@ -99,7 +118,7 @@ async def test_a_notification_is_signed_and_summarises_the_mail(redis_url: str, 
         [listed] = data["data"]["envelopes"]
         assert listed["id"] == sent and listed["from"] == "sender" and listed["kind"] == "note"
         assert "text" not in listed  # notify only: the text is fetched over MCP
-        assert worker.outcome("delivered") == 1
+        await eventually(lambda: worker.outcome("delivered") == 1, 10, "counted once answered")
         # a wrong secret does not verify
         with pytest.raises(Exception, match="signature"):
             hook.deliveries[0].verified(new_secret())
@@ -147,11 +166,7 @@ async def test_several_workers_send_one_notification_for_one_mail(
         sent = await group[1].send("sender", "far")
         await eventually(lambda: len(hook.deliveries) == 1, 10, "a notification")
 
-        async def settled() -> bool:
-            idle = all(w.dispatcher.in_flight() == 0 for w in group)
-            return idle and (await group[0].webhooks.pending_for("far")).cursor is None
-
-        await eventually(settled, 10, "every worker idle, everything announced")
+        await eventually(lambda: settled(group, "far"), 10, "every worker idle, everything announced")
         assert len(hook.deliveries) == 1  # every worker heard the wake-up; one notified
         assert [e["id"] for e in hook.deliveries[0].verified(secret)["data"]["envelopes"]] == [sent]
 
@@ -165,16 +180,46 @@ async def test_several_workers_announce_each_envelope_at_most_once(
         secret = await group[0].remote("far", hook.url)
         sent = [await group[i % 3].send("sender", "far", f"m{i}") for i in range(12)]
 
-        async def settled() -> bool:
-            idle = all(w.dispatcher.in_flight() == 0 for w in group)
-            return idle and (await group[0].webhooks.pending_for("far")).cursor is None
-
-        await eventually(settled, 15, "every worker idle, everything announced")
+        await eventually(lambda: settled(group, "far"), 15, "every worker idle, everything announced")
         notes = [d.verified(secret)["data"] for d in hook.deliveries]
         listed = [e["id"] for note in notes for e in note["envelopes"]]
         assert len(listed) == len(set(listed)) and listed == sorted(listed, key=sent.index)
         assert listed[0] == sent[0] and 1 <= len(notes) <= 12
         assert max(note["pending"] for note in notes) == 12
+
+
+async def test_a_webhook_and_a_wait_announce_each_envelope_once(redis_url: str, certs: Certificates) -> None:
+    """One cursor: an envelope the agent's own mail-pending wait announced is not in a notification."""
+    async with receiver(certs) as hook, workers(redis_url, certs) as (worker,):
+        secret = await worker.remote("far", hook.url)
+        hook.gate = asyncio.Event()
+        first = await worker.send("sender", "far", "one")
+        await eventually(lambda: len(hook.deliveries) == 1, 10, "the first notification, held")
+        assert (await worker.relay.wait_for_mail("far", "s1", 0)).count == 0  # the webhook told it
+        second = await worker.send("sender", "far", "two")
+        waited = await worker.relay.wait_for_mail("far", "s1", 0)
+        assert [e.id for e in waited.envelopes] == [second]
+        hook.gate.set()
+        await eventually(lambda: settled([worker], "far"), 10, "idle, everything announced")
+        assert [e["id"] for e in hook.deliveries[0].verified(secret)["data"]["envelopes"]] == [first]
+        assert len(hook.deliveries) == 1  # the second was announced by the wait, not again
+
+
+async def test_a_dropped_notification_leaves_its_envelopes_announced(
+    redis_url: str, certs: Certificates
+) -> None:
+    """A notification is a hint: once dropped it is not sent again, and the next one counts the mail."""
+    async with receiver(certs) as hook, workers(redis_url, certs, retry_for=0.5) as (worker,):
+        secret = await worker.remote("far", hook.url)
+        hook.statuses = [503] * 1000
+        first = await worker.send("sender", "far", "one")
+        await eventually(lambda: worker.outcome("dropped") == 1, 15, "dropped")
+        hook.statuses = []
+        second = await worker.send("sender", "far", "two")
+        await eventually(lambda: worker.outcome("delivered") == 1, 10, "the next one delivered")
+        data = hook.deliveries[-1].verified(secret)["data"]
+        assert [e["id"] for e in data["envelopes"]] == [second] and data["pending"] == 2
+        assert [e.id for e in await worker.relay.fetch("far", session="s1")] == [first, second]
 
 
 async def test_5xx_is_retried_with_the_same_id_then_delivered(redis_url: str, certs: Certificates) -> None:

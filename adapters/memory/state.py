@@ -66,8 +66,6 @@ class MemoryState:
     """Parked fetches and claims now, per agent."""
     webhook_secrets: dict[str, str] = field(default_factory=dict)
     """The webhook secret issued for each agent's current registration (dropped by the next one)."""
-    webhook_cursors: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Position of the newest envelope a notification announced, per agent."""
     webhook_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
     """The notifier of each agent: holder and monotonic deadline."""
     seen: dict[str, int] = field(default_factory=dict)

@@ -36,17 +36,14 @@ class Keys:
         """String: the sender's rate-limit state."""
         return f"{self.prefix}:rate:{{{agent}}}"
 
-    def webhook(self, agent: str) -> str:
-        """Hash: ``cursor``, the stream entry id of the newest envelope a notification announced."""
-        return f"{self.prefix}:webhook:{{{agent}}}"
-
     def webhook_claim(self, agent: str) -> str:
         """String (with expiry): the worker notifying ``agent`` now."""
         return f"{self.prefix}:webhook-claim:{{{agent}}}"
 
     def notice(self, agent: str) -> str:
         """Hash: the agent's mail-pending cursor: ``session``, ``cursor`` (newest entry id announced),
-        ``at`` (Redis time in ms of the last notice)."""
+        ``at`` (Redis time in ms of the last notice). Webhook notifications and ``POST /agent/wait`` both
+        move it."""
         return f"{self.prefix}:notice:{{{agent}}}"
 
     def wake_channel(self) -> str:

@@ -112,7 +112,6 @@ class Scripts:
         self.inspect = Script.named("inspect")
         self.locate = Script.named("locate")
         self.webhook_secret = Script.named("webhook_secret")
-        self.webhook_pending = Script.named("webhook_pending")
         self.webhook_release = Script.named("webhook_release")
         self.peek = Script.named("peek")
         self.notice = Script.named("notice")

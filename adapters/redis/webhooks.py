@@ -1,6 +1,7 @@
-"""Webhook state in Redis: secrets kept in the registration hash, the announced cursor, the notifier
-claim. Implements ``broker.webhooks``' ``IWebhookTargets``, ``IPendingMail`` and ``IWebhookClaims``;
-every key is the agent's (one cluster slot), see ``adapters.redis.keys``."""
+"""Webhook state in Redis: secrets kept in the registration hash, and the notifier claim. Implements
+``broker.webhooks``' ``IWebhookTargets`` and ``IWebhookClaims`` (what a notification announces comes
+from ``RedisNoticeStore``, its cursor shared with ``POST /agent/wait``); every key is the agent's (one
+cluster slot), see ``adapters.redis.keys``."""
 
 from __future__ import annotations
 
@@ -9,15 +10,8 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
-from adapters.redis.entries import rows
 from adapters.redis.errors import store_error
-from broker.webhooks import (
-    SUMMARY_ENVELOPES,
-    PendingEnvelope,
-    PendingMail,
-    WebhookTarget,
-    is_webhook_endpoint,
-)
+from broker.webhooks import WebhookTarget, is_webhook_endpoint
 
 
 class RedisWebhooks:
@@ -42,40 +36,18 @@ class RedisWebhooks:
         key = self.keys.registration(agent)
 
         async def run(client: Redis | RedisCluster) -> list[str | None]:
-            found = await client.hmget(key, ["provider", "endpoint", "webhook_secret"])
+            found = await client.hmget(key, ["session", "provider", "endpoint", "webhook_secret"])
             return [None if value is None else str(value) for value in found]
 
-        provider, endpoint, secret = await self.connection.call(run, idempotent=True)
-        if provider is None or endpoint is None or not secret or not is_webhook_endpoint(provider, endpoint):
+        session, provider, endpoint, secret = await self.connection.call(run, idempotent=True)
+        if session is None or provider is None or endpoint is None or not secret:
             return None
-        return WebhookTarget(agent, endpoint, secret)
+        if not is_webhook_endpoint(provider, endpoint):
+            return None
+        return WebhookTarget(agent, session, endpoint, secret)
 
     async def agents(self) -> list[str]:
         return await Directory(self.connection).agents()
-
-    async def pending_for(self, agent: str) -> PendingMail:
-        try:
-            count, newest, found = await self.connection.script(
-                self.connection.scripts.webhook_pending,
-                [self.keys.inbox(agent), self.keys.webhook(agent)],
-                [SUMMARY_ENVELOPES],
-                idempotent=True,
-            )
-        except ResponseError as exc:
-            raise store_error(exc) from exc
-        envelopes = tuple(
-            PendingEnvelope(e.envelope_id, e.sender, e.fields.get("kind", ""), e.sent_at_ms)
-            for e in rows(agent, found)
-        )
-        return PendingMail(agent, int(str(count)), envelopes, str(newest) or None)
-
-    async def announced(self, agent: str, cursor: str) -> None:
-        key = self.keys.webhook(agent)
-
-        async def run(client: Redis | RedisCluster) -> None:
-            await client.hset(key, "cursor", cursor)
-
-        await self.connection.call(run, idempotent=True)
 
     async def claim(self, agent: str, holder: str, seconds: float) -> bool:
         key = self.keys.webhook_claim(agent)

@@ -3,18 +3,19 @@
 ``notify(agent)`` is called for every wake-up (an append to the agent's inbox, on any worker) and
 returns at once: sends never wait for a notification. Per agent, at most one notification is in flight
 in this process (one task; a wake-up meanwhile marks the agent to be looked at again) and across
-workers (``IWebhookClaims``): only the claim holder reads what is unannounced, posts it and moves the
-cursor. A worker that heard a wake-up and found the claim taken tries again (backing off, up to a
-second apart) until it holds the claim and looks, so mail that arrived during a notification rides on
-the next one instead of being lost or announced twice. ``pending_for`` is only read under the claim.
-Agents never wait for each other: each has its own task. ``look_at_all`` covers wake-ups that were
-missed (the subscription was just made, or made again): every registered agent is looked at once.
+workers (``IWebhookClaims``): only the claim holder announces (``broker.webhooks.announce``: a notice
+read that moves the agent's mail-pending cursor, the one ``POST /agent/wait`` moves too) and posts
+what it announced. A worker that heard a wake-up and found the claim taken tries again (backing off,
+up to a second apart) until it holds the claim and looks, so mail that arrived during a notification
+rides on the next one instead of being lost or announced twice. Agents never wait for each other:
+each has its own task. ``look_at_all`` covers wake-ups that were missed (the subscription was just
+made, or made again): every registered agent is looked at once.
 
 An attempt that times out, cannot connect or gets 429/5xx is retried with exponential backoff and full
-jitter for ``retry_for`` seconds; then the notification is dropped (logged, counted) and its envelopes
-count as announced: they stay in the inbox, and the next mail is announced with the current count. A
-2xx answer is delivered; any other answer (a redirect included: they are not followed) and an endpoint
-refused by the SSRF guard drop at once.
+jitter for ``retry_for`` seconds; then the notification is dropped (logged, counted). Its envelopes
+stay announced (the cursor moved when they were read): they stay in the inbox, and the next
+notification counts them in ``pending``. A 2xx answer is delivered; any other answer (a redirect
+included: they are not followed) and an endpoint refused by the SSRF guard drop at once.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from standardwebhooks import Webhook
 
 from adapters.webhooks.transport import ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, BlockedAddress
 from broker.envelope import now_ms
-from broker.errors import RelayError
-from broker.webhooks import IPendingMail, IWebhookClaims, IWebhookTargets, PendingMail, WebhookTarget, summary
+from broker.errors import RelayError, SessionSuperseded, UnregisteredAgent
+from broker.ports import NOTICE_MAX_COUNT, INoticeStore, Notice
+from broker.webhooks import IWebhookClaims, IWebhookTargets, WebhookTarget, announce, summary
 
 log = logging.getLogger("relay.webhooks")
 
@@ -71,7 +73,7 @@ class WebhookDispatcher:
     def __init__(
         self,
         targets: IWebhookTargets,
-        mail: IPendingMail,
+        notices: INoticeStore,
         claims: IWebhookClaims,
         client: httpx2.AsyncClient,
         metrics: CollectorRegistry,
@@ -79,7 +81,7 @@ class WebhookDispatcher:
         retry_for: float = RETRY_FOR_SECONDS,
     ) -> None:
         self.targets = targets
-        self.mail = mail
+        self.notices = notices
         self.claims = claims
         self.client = client
         self.metrics = WebhookMetrics(metrics)
@@ -151,22 +153,30 @@ class WebhookDispatcher:
     async def _notify_while_new(self, agent: str) -> None:
         wait = CLAIM_RETRY_SECONDS
         while (target := await self.targets.target(agent)) is not None:
-            if await self.claims.claim(agent, self._holder, self.claim_seconds):
-                try:
-                    mail = await self.mail.pending_for(agent)
-                    if mail.cursor is not None:
-                        await self._deliver(target, mail)
-                        await self.mail.announced(agent, mail.cursor)
-                finally:
-                    await self.claims.release(agent, self._holder)
+            if not await self.claims.claim(agent, self._holder, self.claim_seconds):
+                # Another worker is notifying, maybe about older mail only: look once it is done.
+                await asyncio.sleep(random.uniform(wait / 2, wait))
+                wait = min(wait * 2, MAX_CLAIM_RETRY_SECONDS)
+                continue
+            try:
+                notice = await announce(self.notices, target)
+                delivered = notice.count > 0 and await self._deliver(target, notice)
+            except (SessionSuperseded, UnregisteredAgent):
+                # Registered again (or gone) since the target was read: a new session's registration
+                # is a wake-up of its own, which looks at the agent again.
                 return
-            # Another worker is notifying, maybe about older mail only: look once it is done.
-            await asyncio.sleep(random.uniform(wait / 2, wait))
-            wait = min(wait * 2, MAX_CLAIM_RETRY_SECONDS)
+            finally:
+                await self.claims.release(agent, self._holder)
+            # A notice announces NOTICE_MAX_COUNT envelopes at most: more are announced by the next.
+            if not (delivered and notice.count >= NOTICE_MAX_COUNT):
+                return
 
-    async def _deliver(self, target: WebhookTarget, mail: PendingMail) -> None:
-        body = json.dumps(summary(mail, now_ms()), separators=(",", ":"), ensure_ascii=False)
-        message_id = f"msg_{target.agent}_{mail.cursor}"
+    async def _deliver(self, target: WebhookTarget, notice: Notice) -> bool:
+        """Post ``notice``, retrying; True when the endpoint took it."""
+        body = json.dumps(summary(target.agent, notice, now_ms()), separators=(",", ":"), ensure_ascii=False)
+        # One id for every attempt of this notification, new for each notification: receivers
+        # deduplicate retries by it.
+        message_id = f"msg_{secrets.token_hex(12)}"
         signer = Webhook(target.secret)
         deadline = time.monotonic() + self.retry_for
         backoff = FIRST_BACKOFF_SECONDS
@@ -182,11 +192,11 @@ class WebhookDispatcher:
             failure = await self._attempt(target, headers, body)
             if failure is None:
                 self.metrics.count("delivered")
-                return
+                return True
             if failure.startswith("refused:"):
                 self.metrics.count("refused")
                 log.warning("webhook refused, not retried: %s", failure[8:], extra={"agent": target.agent})
-                return
+                return False
             delay = random.uniform(0, backoff)  # full jitter
             if time.monotonic() + delay > deadline:
                 self.metrics.count("dropped")
@@ -196,7 +206,7 @@ class WebhookDispatcher:
                     failure,
                     extra={"agent": target.agent},
                 )
-                return
+                return False
             self.metrics.count("retried")
             await asyncio.sleep(delay)
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)

@@ -1,9 +1,10 @@
-"""Conformance of a webhook state backend (``broker.webhooks``: ``IWebhookTargets``, ``IPendingMail``,
-``IWebhookClaims``), run against a relay on the same store.
+"""Conformance of a webhook state backend (``broker.webhooks``: ``IWebhookTargets``, ``IWebhookClaims``,
+and ``announce`` through the backend's ``INoticeStore``), run against a relay on the same store.
 
-Subclass ``WebhookConformance`` and implement ``make_store``: a started relay and the backend's webhook
-state over one fresh store. Tests register agents through the relay, so the registration rules
-(``https://`` remote endpoints get secrets) are the real ones.
+Subclass ``WebhookConformance`` and implement ``make_store``: a started relay (built with the notice
+store), the backend's webhook state and that notice store, over one fresh store. Tests register agents
+through the relay, so the registration rules (``https://`` remote endpoints get secrets) are the real
+ones.
 """
 
 from __future__ import annotations
@@ -12,28 +13,33 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+import pytest
+
 from broker.addresses import ClaudeCodeAddress, RemoteAddress
+from broker.errors import SessionSuperseded
+from broker.ports import INoticeStore
 from broker.relay import Relay
 from broker.testing.polling import eventually
 from broker.webhooks import (
     SUMMARY_ENVELOPES,
-    IPendingMail,
     IWebhookClaims,
     IWebhookTargets,
+    WebhookTarget,
+    announce,
     new_secret,
 )
 
 HOOK = "https://agents.example.net/hook"
 
 
-class WebhookState(IWebhookTargets, IPendingMail, IWebhookClaims, Protocol):
-    """One object implementing the three ports (as both backends do)."""
+class WebhookState(IWebhookTargets, IWebhookClaims, Protocol):
+    """One object implementing both ports (as both backends do)."""
 
 
 class WebhookConformance(ABC):
     @abstractmethod
-    def make_store(self) -> AbstractAsyncContextManager[tuple[Relay[Any], WebhookState]]:
-        """A started relay and webhook state sharing one fresh, empty store."""
+    def make_store(self) -> AbstractAsyncContextManager[tuple[Relay[Any], WebhookState, INoticeStore]]:
+        """A started relay, webhook state and the relay's notice store, sharing one fresh, empty store."""
 
     @abstractmethod
     def body(self, n: int) -> Any:
@@ -44,7 +50,7 @@ class WebhookConformance(ABC):
         await relay.register(far, RemoteAddress.parse(HOOK), "s1")
 
     async def test_a_secret_is_kept_only_for_the_registration_it_was_issued_for(self) -> None:
-        async with self.make_store() as (relay, state):
+        async with self.make_store() as (relay, state, _):
             await self._setup(relay)
             secret = new_secret()
             assert not await state.set_secret("far", "other-session", HOOK, secret)
@@ -59,45 +65,73 @@ class WebhookConformance(ABC):
             assert {"near", "far"} <= set(await state.agents())
 
     async def test_only_https_remote_registrations_are_targets(self) -> None:
-        async with self.make_store() as (relay, state):
+        async with self.make_store() as (relay, state, _):
             await self._setup(relay)
             await relay.register("plain", RemoteAddress.parse("agents.example.net:443"), "s1")
             await state.set_secret("plain", "s1", "agents.example.net:443", new_secret())
             assert await state.target("plain") is None
             assert await state.target("near") is None
 
-    async def test_pending_lists_unannounced_mail_oldest_first_and_changes_nothing(self) -> None:
-        async with self.make_store() as (relay, state):
-            await self._setup(relay)
-            empty = await state.pending_for("far")
-            assert (empty.pending, empty.envelopes, empty.cursor) == (0, (), None)
-            sent = [await relay.send("near", "far", self.body(n), session="s1") for n in range(7)]
-            mail = await state.pending_for("far")
-            assert mail.agent == "far" and mail.pending == 7 and mail.cursor is not None
-            assert [e.id for e in mail.envelopes] == [e.id for e in sent[:SUMMARY_ENVELOPES]]
-            first = mail.envelopes[0]
-            assert first.sender == "near" and first.kind and first.sent_at_ms > 0
-            assert await state.pending_for("far") == mail  # reading changes nothing
-            fetched = await relay.fetch("far", 16, session="s1")
-            assert [e.deliveries for e in fetched] == [1] * 7  # delivery state untouched
+    async def _target(self, state: WebhookState, agent: str = "far", session: str = "s1") -> WebhookTarget:
+        assert await state.set_secret(agent, session, HOOK, new_secret())
+        target = await state.target(agent)
+        assert target is not None
+        return target
 
-    async def test_announced_mail_is_not_listed_again(self) -> None:
-        async with self.make_store() as (relay, state):
+    async def test_a_target_carries_its_registrations_session(self) -> None:
+        async with self.make_store() as (relay, state, _):
             await self._setup(relay)
-            await relay.send("near", "far", self.body(1), session="s1")
-            mail = await state.pending_for("far")
-            assert mail.cursor is not None
-            await state.announced("far", mail.cursor)
-            after = await state.pending_for("far")
-            assert (after.pending, after.envelopes, after.cursor) == (1, (), None)
-            newer = await relay.send("near", "far", self.body(2), session="s1")
-            again = await state.pending_for("far")
-            assert again.pending == 2 and [e.id for e in again.envelopes] == [newer.id]
-            await relay.ack("far", [e.id for e in await relay.fetch("far", 16, session="s1")], session="s1")
-            assert (await state.pending_for("far")).pending == 0
+            assert (await self._target(state)).session == "s1"
+            await relay.register("far", RemoteAddress.parse(HOOK), "s2")
+            assert (await self._target(state, session="s2")).session == "s2"
+
+    async def test_announce_lists_each_envelope_once_and_changes_no_delivery(self) -> None:
+        async with self.make_store() as (relay, state, notices):
+            await self._setup(relay)
+            target = await self._target(state)
+            empty = await announce(notices, target)
+            assert (empty.count, empty.unacknowledged, empty.envelopes) == (0, 0, ())
+            sent = [await relay.send("near", "far", self.body(n), session="s1") for n in range(7)]
+            notice = await announce(notices, target)
+            assert (notice.count, notice.unacknowledged, notice.reminder) == (7, 7, False)
+            assert [e.envelope_id for e in notice.envelopes] == [e.id for e in sent[:SUMMARY_ENVELOPES]]
+            first = notice.envelopes[0]
+            assert first.sender == "near" and first.fields.get("kind") and first.sent_at_ms > 0
+            again = await announce(notices, target)  # announced: not again, and no reminder ever
+            assert (again.count, again.unacknowledged, again.envelopes) == (0, 7, ())
+            newer = await relay.send("near", "far", self.body(8), session="s1")
+            assert [e.envelope_id for e in (await announce(notices, target)).envelopes] == [newer.id]
+            fetched = await relay.fetch("far", 16, session="s1")
+            assert [e.deliveries for e in fetched] == [1] * 8  # delivery state untouched
+            await relay.ack("far", [e.id for e in fetched], session="s1")
+            assert (await announce(notices, target)).unacknowledged == 0
+
+    async def test_webhooks_and_waits_share_one_cursor(self) -> None:
+        """Whichever asks first announces an envelope; the other is not told it again."""
+        async with self.make_store() as (relay, state, notices):
+            await self._setup(relay)
+            target = await self._target(state)
+            one = await relay.send("near", "far", self.body(1), session="s1")
+            assert [e.id for e in (await relay.wait_for_mail("far", "s1", 0)).envelopes] == [one.id]
+            assert (await announce(notices, target)).count == 0
+            two = await relay.send("near", "far", self.body(2), session="s1")
+            assert [e.envelope_id for e in (await announce(notices, target)).envelopes] == [two.id]
+            assert (await relay.wait_for_mail("far", "s1", 0)).count == 0
+
+    async def test_a_new_session_is_announced_its_unacknowledged_mail_again(self) -> None:
+        async with self.make_store() as (relay, state, notices):
+            await self._setup(relay)
+            old = await self._target(state)
+            sent = await relay.send("near", "far", self.body(1), session="s1")
+            assert (await announce(notices, old)).count == 1
+            await relay.register("far", RemoteAddress.parse(HOOK), "s2")
+            with pytest.raises(SessionSuperseded):
+                await announce(notices, old)
+            notice = await announce(notices, await self._target(state, session="s2"))
+            assert [e.envelope_id for e in notice.envelopes] == [sent.id]
 
     async def test_a_claim_is_exclusive_until_released_or_lapsed(self) -> None:
-        async with self.make_store() as (_, state):
+        async with self.make_store() as (_, state, _):
             assert await state.claim("far", "worker-1", 30)
             assert not await state.claim("far", "worker-2", 30)
             await state.release("far", "worker-2")  # not its claim: nothing changes
