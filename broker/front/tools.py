@@ -116,8 +116,9 @@ class RegisterAgentAddress(RelayTool):
         "supersedes the old one and keeps the inbox."
     )
 
-    def __init__(self, relay: Relay[AgentMessage], options: ToolOptions) -> None:
+    def __init__(self, relay: Relay[AgentMessage], options: ToolOptions | None = None) -> None:
         super().__init__(relay)
+        options = options if options is not None else DEFAULT_TOOLS
         self.webhooks = options.webhooks
         if options.network:
             self.providers = network_providers()
