@@ -17,6 +17,7 @@ from relay.commands import (
     UsageError,
     agents,
     claude_code,
+    dashboard,
     dead_letters,
     hook,
     inspect,
@@ -45,6 +46,7 @@ COMMANDS = (
     read,
     tail,
     thread,
+    dashboard,
 )
 
 

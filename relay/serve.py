@@ -23,12 +23,14 @@ from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import redacted
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import is_loopback_host
-from broker.agent_message import AgentMessageContract
+from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app
 from broker.front.key_file import KeyFileError, load_key_file
 from broker.front.tokens import KeyRing
 from broker.front.tools import ToolOptions
+from broker.front.ui import Dashboard
 from broker.relay import Relay
+from relay import dashboard as dashboard_wiring
 from relay import logs
 from relay.commands.keys import data_key_file, ensure_key_file
 from relay.http_limits import allow_open_files, protocol_for
@@ -110,6 +112,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
     gauges = InboxGauges(connection)
     relay.metrics.registry.register(gauges)
     async with relay:
+        dashboard = _dashboard(settings, relay, connection, keyring)
         app = create_app(
             relay,
             keyring=keyring,
@@ -120,6 +123,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
                 directory=settings.directory == "on",
                 humans=settings.uds is not None or is_loopback_host(settings.host),
             ),
+            dashboard=dashboard,
         )
         config = uvicorn.Config(
             app,
@@ -146,7 +150,8 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             apps: list[object] = [app, *(each.config.app for each in servers[1:])]
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_key_file, apps, settings)
         where = f"unix:{settings.uds}" if settings.uds else f"http://{settings.host}:{settings.port}"
-        log.info("relay serving on %s (/mcp/agent, /agent/wait, /metrics, /healthz, /readyz)", where)
+        ui = ", /ui" if dashboard else ""
+        log.info("relay serving on %s (/mcp/agent, /agent/wait, /metrics, /healthz, /readyz%s)", where, ui)
         watch = asyncio.create_task(_watch_store(relay, url))
         try:
             await asyncio.gather(*(each.serve() for each in servers))
@@ -204,6 +209,17 @@ def _with_key_file(settings: ServeSettings) -> tuple[ServeSettings, Path]:
     return settings.model_copy(update={"agent_mcp_key_file": path}), path
 
 
+def _dashboard(
+    settings: ServeSettings, relay: Relay[AgentMessage], connection: RedisConnection, keyring: KeyRing | None
+) -> Dashboard | None:
+    """The dashboard at /ui: on a loopback TCP listener with a signing key only (its logins are
+    minted with that key; `relay dashboard-url`)."""
+    if keyring is None or settings.uds is not None or not is_loopback_host(settings.host):
+        log.info("dashboard not served (it needs --agent-mcp-key-file and a loopback --host)")
+        return None
+    return dashboard_wiring.build(relay, connection, keyring)
+
+
 def _answer_parked_polls_on_exit(servers: list[uvicorn.Server], stop_waiting: Callable[[], None]) -> None:
     """On SIGINT/SIGTERM, answer parked long-polls at once (uvicorn drains in-flight requests before
     the relay closes, and a parked poll would hold the drain for its whole wait). Every server stops:
@@ -244,6 +260,10 @@ def _reload_key_file(apps: list[object], settings: ServeSettings) -> None:
         return
     for auth in auths:
         auth.use(keyring)  # type: ignore[union-attr]
+    for each in apps:
+        ui = getattr(getattr(each, "state", None), "dashboard", None)
+        if ui is not None:
+            ui.access.use(keyring)
     log.info("key file reloaded: signing with %s, verifying %s", keyring.signing_kid, ", ".join(keyring.kids))
 
 

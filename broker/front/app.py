@@ -2,8 +2,9 @@
 
 Routes: ``/mcp/agent`` (MCP over streamable HTTP, stateless JSON mode, behind agent auth),
 ``/agent/wait`` (the mail-pending wait, ``broker.front.wait``, behind the same auth),
-``/metrics`` (Prometheus text of the relay's registry), ``/healthz`` (process up) and ``/readyz``
-(Redis reachable). The relay's lifecycle stays with the caller: the front owns no storage.
+``/metrics`` (Prometheus text of the relay's registry), ``/healthz`` (process up), ``/readyz``
+(Redis reachable) and, when given one, the operator dashboard at ``/ui``. The relay's lifecycle
+stays with the caller: the front owns no storage.
 
 Built as the network listener's front (``NetworkListener``), it serves ``/mcp/agent`` for network
 tokens and ``remote`` addresses only, ``/healthz`` and ``/readyz``; ``/metrics`` stays on the loopback
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -35,10 +36,11 @@ from broker.front.limits import (
     BodyGuard,
     HostCheck,
 )
-from broker.front.paths import MCP_PATH, WAIT_PATH
+from broker.front.paths import MCP_PATH, UI_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server
 from broker.front.tokens import NETWORK_AUDIENCE, KeyRing
 from broker.front.tools import DEFAULT_TOOLS, ToolOptions
+from broker.front.ui import Dashboard, create_dashboard
 from broker.front.wait import WaitRoute
 from broker.relay import Relay
 from broker.webhooks import IWebhookTargets
@@ -66,6 +68,7 @@ def create_app(
     before_metrics: Callable[[], Awaitable[None]] | None = None,
     network: NetworkListener | None = None,
     tool_options: ToolOptions = DEFAULT_TOOLS,
+    dashboard: Dashboard | None = None,
 ) -> FastAPI:
     """Build the front for a running ``relay``.
 
@@ -79,6 +82,7 @@ def create_app(
             Redis), within ``METRICS_REFRESH_TIMEOUT``; a failure is logged and the scrape still served.
         network: serve as the network listener (see the module docstring).
         tool_options: which agent tools are served (``ListAgents``) and what they accept.
+        dashboard: served at ``/ui`` when given (only on a loopback listener: the caller decides).
     """
     manager = None
     hosts = LOOPBACK_NAMES if allowed_hosts is None else frozenset(allowed_hosts)
@@ -96,10 +100,11 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if manager is None:
-            yield
-            return
-        async with manager.run():
+        async with contextlib.AsyncExitStack() as stack:
+            if manager is not None:
+                await stack.enter_async_context(manager.run())
+            if dashboard is not None:
+                await stack.enter_async_context(dashboard.traffic.running())
             yield
 
     app = _RelayApp(title="relay", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -122,6 +127,10 @@ def create_app(
 
     if network is None:
         _add_metrics_route(app, relay, before_metrics)
+    if dashboard is not None and network is None:
+        app.add_api_route("/ui", lambda: RedirectResponse("/ui/", status_code=307), include_in_schema=False)
+        app.mount(UI_PATH, create_dashboard(dashboard))
+        app.state.dashboard = dashboard  # `relay serve` swaps its key ring on SIGHUP
     if manager is not None and keyring is not None:
         # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
         # Authentication before the body is read: a stranger's body is never waited for

@@ -26,6 +26,7 @@ import base64
 import binascii
 import functools
 import hashlib
+import hmac
 import json
 import re
 import secrets
@@ -217,6 +218,12 @@ class KeyRing:
 
     def __repr__(self) -> str:
         return f"KeyRing(signing={self._signing!r}, kids={self.kids!r})"
+
+    def derived(self, purpose: bytes) -> list[tuple[str, bytes]]:
+        """``(kid, key)`` for every key, the signing one first, each HMAC-SHA256(key, ``purpose``): keys
+        for another kind of token (e.g. the dashboard's) whose signatures can never pass as this ring's."""
+        order = [self._signing, *(kid for kid in self._keys if kid != self._signing)]
+        return [(kid, hmac.new(self._keys[kid], purpose, hashlib.sha256).digest()) for kid in order]
 
     def mint(
         self,
