@@ -27,6 +27,7 @@ from broker.front.ui.traffic import Traffic
 from broker.ids import check_agent_id, check_session_id, is_envelope_id
 from broker.ports import IOperatorView, StoredEnvelope
 from broker.relay import MAX_ACK_IDS, Relay
+from broker.threads import IN_REPLY_TO, order_key
 
 INBOX_PAGE: Final = 50
 MAX_INBOX_PAGE: Final = 200
@@ -164,6 +165,23 @@ def _dead_letter(letter: DeadLetter) -> dict[str, object]:
     }
 
 
+def _tree(envelopes: list[StoredEnvelope]) -> list[tuple[StoredEnvelope, int]]:
+    """A thread in reply order: each envelope followed by its answers (depth-first, siblings by time
+    accepted), with its depth below the first stored one."""
+    ids = {e.envelope_id for e in envelopes}
+    answers: dict[str | None, list[StoredEnvelope]] = {}
+    for e in sorted(envelopes, key=order_key):
+        parent = e.fields.get(IN_REPLY_TO)
+        answers.setdefault(parent if parent in ids else None, []).append(e)
+    ordered: list[tuple[StoredEnvelope, int]] = []
+    todo = [(e, 0) for e in reversed(answers.get(None, []))]
+    while todo:
+        current, depth = todo.pop()
+        ordered.append((current, depth))
+        todo.extend((e, depth + 1) for e in reversed(answers.get(current.envelope_id, [])))
+    return ordered
+
+
 async def _json_object(request: Request) -> dict[str, object]:
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:
@@ -217,7 +235,7 @@ class _Views:
                 "id", "envelope_id.pattern", "must be an envelope id (env_ + 26 characters)"
             )
         found = await self.d.view.thread(envelope_id, limit=THREAD_LIMIT)
-        return {"id": envelope_id, "envelopes": [_envelope(e) for e in found]}
+        return {"id": envelope_id, "envelopes": [{**_envelope(e), "depth": d} for e, d in _tree(found)]}
 
     async def dead_letters(self, request: Request, caller: Caller) -> object:
         wanted = request.query_params.get("agent")

@@ -223,12 +223,12 @@
   function threadPage(id) {
     const list = el("div", { id: "thread" });
     view.replaceChildren(el("h1", {}, "Thread of ", el("span", { class: "mono" }, id)),
-      el("p", { class: "muted" }, "Envelopes linked by in_reply_to, in the order relay accepted them (acknowledged ones are gone)."),
+      el("p", { class: "muted" }, "Envelopes linked by in_reply_to, each followed by its answers (acknowledged ones are gone)."),
       list);
     poll(async () => {
       const data = await api("thread?" + query({ id }));
       if (!data.envelopes.length) { list.replaceChildren(el("p", {}, "No stored envelope in this thread.")); return; }
-      list.replaceChildren(...data.envelopes.map((e) => el("article", { class: "message" + (e.id === id ? " focus" : ""), "data-envelope": e.id },
+      list.replaceChildren(...data.envelopes.map((e) => el("article", { class: "message depth-" + Math.min(e.depth, 8) + (e.id === id ? " focus" : ""), "data-envelope": e.id },
         el("div", { class: "meta" },
           link(agentHref(e.from), e.from), " → ", link(agentHref(e.to), e.to), " · ", e.kind || "-", " · ", e.sent_at,
           " · ", link(threadHref(e.id), e.id),
