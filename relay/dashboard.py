@@ -8,7 +8,8 @@ from adapters.redis.operator_view import RedisOperatorView
 from broker.addresses import Address, HumanAddress
 from broker.agent_message import AgentMessage
 from broker.front.tokens import KeyRing
-from broker.front.ui import Dashboard, OperatorAccess
+from broker.front.ui.access import OperatorAccess
+from broker.front.ui.api import Dashboard
 from broker.front.ui.snapshot import Overview
 from broker.front.ui.traffic import Traffic
 from broker.relay import Relay

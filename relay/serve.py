@@ -28,7 +28,7 @@ from broker.front.app import create_app
 from broker.front.key_file import KeyFileError, load_key_file
 from broker.front.tokens import KeyRing
 from broker.front.tools import ToolOptions
-from broker.front.ui import Dashboard
+from broker.front.ui.api import Dashboard
 from broker.relay import Relay
 from relay import dashboard as dashboard_wiring
 from relay import logs

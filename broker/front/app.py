@@ -40,7 +40,8 @@ from broker.front.paths import MCP_PATH, UI_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server
 from broker.front.tokens import NETWORK_AUDIENCE, KeyRing
 from broker.front.tools import DEFAULT_TOOLS, ToolOptions
-from broker.front.ui import Dashboard, create_dashboard
+from broker.front.ui.api import Dashboard
+from broker.front.ui.app import create_dashboard
 from broker.front.wait import WaitRoute
 from broker.relay import Relay
 from broker.webhooks import IWebhookTargets

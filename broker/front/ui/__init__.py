@@ -1,7 +1,3 @@
-"""The operator dashboard served at ``/ui`` (see docs/dashboard.md)."""
-
-from broker.front.ui.access import OperatorAccess
-from broker.front.ui.api import Dashboard
-from broker.front.ui.app import create_dashboard
-
-__all__ = ["Dashboard", "OperatorAccess", "create_dashboard"]
+"""The operator dashboard served at ``/ui`` (see docs/dashboard.md): ``access`` (tokens, no web
+framework: ``relay dashboard-url`` imports it), ``api`` (the JSON API and ``Dashboard``, what it runs
+on), ``app`` (the ASGI app), ``snapshot`` (the shared agents overview), ``traffic``, ``static/``."""
