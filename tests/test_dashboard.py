@@ -20,9 +20,8 @@ from broker.addresses import ClaudeCodeAddress, HumanAddress
 from broker.agent_message import AgentMessageContract
 from broker.front.app import create_app
 from broker.front.tokens import AuthError, KeyRing, agent_headers
-from broker.front.ui.access import OperatorAccess
+from broker.front.ui.access import SESSION_TTL, AccessDenied, OperatorAccess
 from broker.front.ui.api import Dashboard
-from broker.front.ui.access import SESSION_TTL, AccessDenied
 from broker.front.ui.snapshot import Overview
 from broker.front.ui.traffic import Traffic
 from broker.relay import Relay
