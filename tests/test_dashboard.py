@@ -157,6 +157,12 @@ async def test_a_refused_send_stores_and_registers_nothing() -> None:
             "invalid_argument",
         )
         assert error["violations"][0]["field"] == "from"
+        error = refused(
+            await http.post("/ui/api/send", json={"from": "alice", "to": "bob", "kind": "note", "text": "x"}),
+            400,
+            "invalid_argument",
+        )
+        assert error["violations"][0]["rule"] == "from.person"  # a person never speaks as an agent
         refused(await http.post("/ui/api/send", content=b"not json"), 400, "invalid_argument")
         refused(await http.post("/ui/api/send", content=b"[1]"), 400, "invalid_argument")
         assert await relay.registration("dana") is None
@@ -167,6 +173,10 @@ async def test_a_refused_send_stores_and_registers_nothing() -> None:
         assert sent["registered_sender"] is True
         registration = await relay.registration("dana")
         assert registration is not None and registration.provider == "human"
+        again = (
+            await http.post("/ui/api/send", json={"from": "dana", "to": "bob", "kind": "note", "text": "2"})
+        ).json()
+        assert again["registered_sender"] is False
 
 
 async def test_reads_check_their_arguments_and_hand_nothing_out() -> None:

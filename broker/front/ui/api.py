@@ -283,11 +283,22 @@ class _Views:
         relay.contract.validate(body)
         if await relay.registration(to) is None:
             raise UnknownRecipient(to)
-        registered = False
-        if await relay.registration(sender) is None:
+        registered, session = False, HUMAN_SESSION
+        current = await relay.registration(sender)
+        if current is None:
             # A person's first send: their id becomes a human-provider agent so agents can answer it.
-            await relay.register(sender, self.d.human(sender), check_session_id(HUMAN_SESSION))
+            address = self.d.human(sender)
+            await relay.register(sender, address, check_session_id(HUMAN_SESSION))
             registered = True
+        elif current.provider != self.d.human(sender).provider:
+            raise InvalidArgument(
+                "from",
+                "from.person",
+                f"{sender!r} is an agent's id (provider {current.provider}); send under your own id",
+            )
+        else:
+            session = current.session
+        envelope = await relay.send(sender, to, body, session=session)
         envelope = await relay.send(sender, to, body)
         self.d.overview.forget()
         return {
