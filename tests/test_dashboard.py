@@ -232,3 +232,21 @@ def test_dashboard_url_refuses_what_cannot_work(tmp_path: Any) -> None:
     assert missing.returncode == 1 and "relay keygen" in missing.stderr
     ttl = run_relay("dashboard-url", "--key-file", key, "--ttl", "99999")
     assert ttl.returncode == 2 and "1..3600" in ttl.stderr
+
+
+async def test_the_dashboard_is_served_on_a_loopback_listener_with_a_key_only(tmp_path: Any) -> None:
+    from relay import serve
+    from relay.settings import ServeSettings
+
+    state = MemoryState()
+    relay = Relay(CONTRACT, MemoryInboxStore(state), MemoryRegistry(state))
+    keys = ring()
+    connection: Any = None  # not reached when the dashboard is not served
+    assert serve._dashboard(ServeSettings(host="0.0.0.0"), relay, connection, keys) is None
+    assert serve._dashboard(ServeSettings(host="192.168.1.10"), relay, connection, keys) is None
+    assert serve._dashboard(ServeSettings(uds=tmp_path / "s.sock"), relay, connection, keys) is None
+    assert serve._dashboard(ServeSettings(), relay, connection, None) is None
+    async with relay:
+        base_app = create_app(relay, keyring=None)
+        async with serve_app(base_app) as base, httpx2.AsyncClient(base_url=base) as http:
+            assert (await http.get("/ui/")).status_code == 404

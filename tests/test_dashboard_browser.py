@@ -329,3 +329,10 @@ def test_headers_forbid_framing_and_inline_script(running: Running) -> None:
     csp = response.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
     assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_log_out_ends_the_session(page: Any, running: Running) -> None:
+    page.click("#logout")
+    page.wait_for_selector("main.denied")
+    assert "relay dashboard-url" in page.text_content("main.denied")
+    assert "relay_ui" not in {c["name"] for c in page.context.cookies()}
