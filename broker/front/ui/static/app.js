@@ -305,7 +305,7 @@
       } catch (e) { result.replaceChildren(notice(e.message, false)); }
     });
     view.replaceChildren(el("h1", {}, "Compose"),
-      el("p", { class: "muted" }, "Send as a person, with every check an agent's send gets. An id that is not registered yet is registered with the human provider, so agents can answer it."),
+      el("p", { class: "muted" }, "Send as a person, with every check an agent's send gets. An id that is not registered yet is registered with the human provider, so agents can answer it; an agent's id is refused."),
       result, form, ids);
     api("agents?" + query({ sort: "agent", order: "asc", limit: 500 })).then((data) => {
       ids.replaceChildren(...data.agents.map((a) => el("option", { value: a.agent })));
