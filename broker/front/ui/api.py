@@ -27,7 +27,7 @@ from broker.front.ui.traffic import Traffic
 from broker.ids import check_agent_id, check_session_id, is_envelope_id
 from broker.ports import IOperatorView, StoredEnvelope
 from broker.relay import MAX_ACK_IDS, Relay
-from broker.threads import IN_REPLY_TO, order_key
+from broker.threads import IN_REPLY_TO
 
 INBOX_PAGE: Final = 50
 MAX_INBOX_PAGE: Final = 200
@@ -166,11 +166,11 @@ def _dead_letter(letter: DeadLetter) -> dict[str, object]:
 
 
 def _tree(envelopes: list[StoredEnvelope]) -> list[tuple[StoredEnvelope, int]]:
-    """A thread in reply order: each envelope followed by its answers (depth-first, siblings by time
-    accepted), with its depth below the first stored one."""
+    """A thread in reply order: each envelope followed by its answers (depth-first, siblings in the
+    order the operator view gave them: time accepted), with its depth below the first stored one."""
     ids = {e.envelope_id for e in envelopes}
     answers: dict[str | None, list[StoredEnvelope]] = {}
-    for e in sorted(envelopes, key=order_key):
+    for e in envelopes:
         parent = e.fields.get(IN_REPLY_TO)
         answers.setdefault(parent if parent in ids else None, []).append(e)
     ordered: list[tuple[StoredEnvelope, int]] = []
