@@ -190,7 +190,8 @@ async def test_reads_check_their_arguments_and_hand_nothing_out() -> None:
             await http.get("/ui/api/inbox", params={"agent": "bob", "after": "x"}), 400, "invalid_argument"
         )
         refused(await http.get("/ui/api/thread", params={"id": "env_x"}), 400, "invalid_argument")
-        refused(await http.get("/ui/api/agents", params={"limit": "-1"}), 400, "invalid_argument")
+        for limit in ("-1", "\u00b2", "9" * 5000, "1e3"):
+            refused(await http.get("/ui/api/agents", params={"limit": limit}), 400, "invalid_argument")
         refused(
             await http.post("/ui/api/requeue", json={"agent": "bob", "ids": ["x"]}), 400, "invalid_argument"
         )

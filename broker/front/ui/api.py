@@ -8,6 +8,7 @@ gets. Refusals are ``{"error": {...}}`` (``broker.errors.error_body``) with the 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -20,7 +21,7 @@ from broker.addresses import Address
 from broker.agent_message import AgentMessage
 from broker.delivery import DeadLetter
 from broker.envelope import format_ms
-from broker.errors import InvalidArgument, RelayError, UnknownRecipient, error_body
+from broker.errors import InternalError, InvalidArgument, RelayError, UnknownRecipient, error_body
 from broker.front.ui.access import OperatorAccess, Session
 from broker.front.ui.snapshot import Overview
 from broker.front.ui.traffic import Traffic
@@ -28,6 +29,8 @@ from broker.ids import check_agent_id, check_session_id, is_envelope_id
 from broker.ports import IOperatorView, StoredEnvelope
 from broker.relay import MAX_ACK_IDS, Relay
 from broker.threads import IN_REPLY_TO
+
+log = logging.getLogger("relay.dashboard")
 
 INBOX_PAGE: Final = 50
 MAX_INBOX_PAGE: Final = 200
@@ -102,11 +105,11 @@ def routes(dashboard: Dashboard, session_of: Callable[[Request], Caller]) -> lis
             except Refused as exc:
                 return exc.response()
             except RelayError as exc:
-                return JSONResponse(
-                    error_body(exc),
-                    status_code=STATUS.get(exc.code, 409),
-                    headers={"cache-control": "no-store"},
-                )
+                return _error(exc)
+            except Exception as exc:  # one line in the log, a retryable answer, no traceback
+                reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                log.error("dashboard %s failed: %s", request.url.path, reason)
+                return _error(InternalError())
             return JSONResponse(data, headers={"cache-control": "no-store"})
 
         return run
@@ -124,11 +127,16 @@ def routes(dashboard: Dashboard, session_of: Callable[[Request], Caller]) -> lis
     ]
 
 
+def _error(error: RelayError) -> Response:
+    status = STATUS.get(error.code, 500 if isinstance(error, InternalError) else 409)
+    return JSONResponse(error_body(error), status_code=status, headers={"cache-control": "no-store"})
+
+
 def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     text = request.query_params.get(name)
     if text is None or text == "":
         return default
-    if not text.isdigit() or not low <= int(text) <= high:
+    if not (text.isascii() and text.isdigit() and len(text) <= 9) or not low <= int(text) <= high:
         raise InvalidArgument(name, f"{name}.range", f"must be a whole number from {low} to {high}")
     return int(text)
 
