@@ -10,6 +10,7 @@ with ``relay dashboard-url``, and times over HTTP (median of ``--rounds``):
 - ``/ui/api/agents``: the first read (the overview of every agent, one read-only script call each,
   no envelope read) and a cached one (the shared snapshot), sorted by oldest age, one page of 100 rows;
 - ``/ui/api/inbox`` of the deepest agent: one page of 50 envelopes;
+- ``/ui/api/thread`` of one envelope (the operator view reads every stored envelope for it);
 - with ``--browser`` and Chromium installed: the agents page in headless Chromium, signed in, from a
   reload to the table drawn, and a click on a column header until the re-sorted table is drawn.
 
@@ -131,6 +132,9 @@ def measure(serve: ServeProcess, key: Path, args: argparse.Namespace) -> dict[st
         figures["inbox_page_ms"] = (
             f"{timed(lambda: http.get('/ui/api/inbox', params={'agent': deepest}), args.rounds):.1f}"
         )
+        some = http.get("/ui/api/inbox", params={"agent": deepest}).json()["envelopes"][0]["id"]
+        # a thread reads every stored envelope (in pages): the expensive view, polled slowly
+        figures["thread_ms"] = f"{timed(lambda: http.get('/ui/api/thread', params={'id': some}), 3):.0f}"
     if args.browser:
         figures.update(browser(serve, key))
     return figures

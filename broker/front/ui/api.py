@@ -7,8 +7,10 @@ gets. Refusals are ``{"error": {...}}`` (``broker.errors.error_body``) with the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -35,6 +37,7 @@ log = logging.getLogger("relay.dashboard")
 INBOX_PAGE: Final = 50
 MAX_INBOX_PAGE: Final = 200
 THREAD_LIMIT: Final = 500
+THREAD_KEEP_SECONDS: Final = 10.0
 DEAD_LETTERS_SHOWN: Final = 100
 DEAD_AGENTS_SHOWN: Final = 50
 HUMAN_SESSION: Final = "dashboard"
@@ -206,6 +209,8 @@ async def _json_object(request: Request) -> dict[str, object]:
 class _Views:
     def __init__(self, dashboard: Dashboard) -> None:
         self.d = dashboard
+        self._thread_lock = asyncio.Lock()
+        self._threads: dict[str, tuple[float, list[dict[str, object]]]] = {}
 
     async def session(self, request: Request, caller: Caller) -> object:
         return {"csrf": caller.csrf, "expires_at": caller.session.expires_at}
@@ -242,8 +247,17 @@ class _Views:
             raise InvalidArgument(
                 "id", "envelope_id.pattern", "must be an envelope id (env_ + 26 characters)"
             )
-        found = await self.d.view.thread(envelope_id, limit=THREAD_LIMIT)
-        return {"id": envelope_id, "envelopes": [{**_envelope(e), "depth": d} for e, d in _tree(found)]}
+        # A thread is found by reading every stored envelope: one such read at a time in this process,
+        # and its answer kept THREAD_KEEP_SECONDS for every viewer of that thread.
+        async with self._thread_lock:
+            now = time.monotonic()
+            self._threads = {k: v for k, v in self._threads.items() if now - v[0] < THREAD_KEEP_SECONDS}
+            kept = self._threads.get(envelope_id)
+            if kept is None:
+                found = await self.d.view.thread(envelope_id, limit=THREAD_LIMIT)
+                kept = (time.monotonic(), [{**_envelope(e), "depth": d} for e, d in _tree(found)])
+                self._threads[envelope_id] = kept
+        return {"id": envelope_id, "envelopes": kept[1]}
 
     async def dead_letters(self, request: Request, caller: Caller) -> object:
         wanted = request.query_params.get("agent")

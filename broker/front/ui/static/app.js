@@ -222,10 +222,12 @@
 
   function threadPage(id) {
     const list = el("div", { id: "thread" });
+    const again = el("button", { type: "button", class: "secondary" }, "Refresh");
     view.replaceChildren(el("h1", {}, "Thread of ", el("span", { class: "mono" }, id)),
       el("p", { class: "muted" }, "Envelopes linked by in_reply_to, each followed by its answers (acknowledged ones are gone)."),
-      list);
-    poll(async () => {
+      el("div", { class: "toolbar" }, again), list);
+    // Not polled: finding a thread reads every stored envelope, so it is read when asked for.
+    async function load() {
       const data = await api("thread?" + query({ id }));
       if (!data.envelopes.length) { list.replaceChildren(el("p", {}, "No stored envelope in this thread.")); return; }
       list.replaceChildren(...data.envelopes.map((e) => el("article", { class: "message depth-" + Math.min(e.depth, 8) + (e.id === id ? " focus" : ""), "data-envelope": e.id },
@@ -233,10 +235,15 @@
           link(agentHref(e.from), e.from), " → ", link(agentHref(e.to), e.to), " · ", e.kind || "-", " · ", e.sent_at,
           " · ", link(threadHref(e.id), e.id),
           e.in_reply_to ? el("span", {}, " · in reply to ", link(threadHref(e.in_reply_to), e.in_reply_to)) : null,
-          " · ", link("#/compose?" + query({ to: e.from, from: e.to, reply: e.id }), "Reply")),
+          " · ", link("#/compose?" + query({ to: e.from, reply: e.id }), "Reply")),
         el("div", { class: "text" }, e.text || ""),
         e.reference ? el("div", { class: "muted" }, "reference: ", el("a", { href: e.reference, rel: "noopener noreferrer", target: "_blank" }, e.reference)) : null)));
-    }, 3);
+    }
+    const mine = generation;
+    const show = () => load().then(() => setStatus("updated " + new Date().toLocaleTimeString(), false),
+      (e) => { if (mine === generation) setStatus(e.message, true); });
+    again.addEventListener("click", show);
+    show();
   }
 
   function deadPage() {
