@@ -165,6 +165,8 @@ async def test_a_refused_send_stores_and_registers_nothing() -> None:
         assert error["violations"][0]["rule"] == "from.person"  # a person never speaks as an agent
         refused(await http.post("/ui/api/send", content=b"not json"), 400, "invalid_argument")
         refused(await http.post("/ui/api/send", content=b"[1]"), 400, "invalid_argument")
+        huge = await http.post("/ui/api/send", content=b"x" * (300 * 1024))
+        assert huge.status_code == 413 and "Traceback" not in huge.text
         assert await relay.registration("dana") is None
         assert all(not inbox.entries for inbox in state.inboxes.values())
         sent = (

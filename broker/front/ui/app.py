@@ -3,7 +3,7 @@
 Pages are one static HTML document and a script (``static/``, no build step, no CDN); the script reads
 the JSON API under ``/ui/api`` and polls it for live figures. Every response carries a strict Content
 Security Policy (scripts and styles from ``/ui/static`` only, nothing inline, no framing). Requests are
-accepted only with a loopback ``Host`` (DNS rebinding), with a valid session cookie (see
+accepted only with a loopback ``Host`` and ``Origin`` (DNS rebinding), with a valid session cookie (see
 ``access.py``), and state-changing ones only with a same-origin ``Origin`` and the session's CSRF token.
 """
 
@@ -19,7 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker.addresses import is_loopback_host
+from broker.front.limits import LOOPBACK_NAMES, BodyGuard, HostCheck
 from broker.front.ui import api
 from broker.front.ui.access import SESSION_TTL, AccessDenied
 from broker.front.ui.api import Dashboard
@@ -101,12 +101,14 @@ def create_dashboard(dashboard: Dashboard) -> ASGIApp:
         *api.routes(dashboard, session_of),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Guard(Starlette(routes=routes))
+    # Loopback Host and Origin only (a site rebinding its name to 127.0.0.1 gets nothing), bodies
+    # read whole up to MAX_BODY_BYTES before any handler runs: the front's own guards.
+    guarded = BodyGuard(Guard(Starlette(routes=routes)), max_bytes=api.MAX_BODY_BYTES)
+    return HostCheck(guarded, LOOPBACK_NAMES)
 
 
 class Guard:
-    """Loopback ``Host`` only (a page on another site cannot reach the dashboard by rebinding a name
-    to 127.0.0.1), and the security headers on every response."""
+    """The security headers on every response of the dashboard."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -115,12 +117,6 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = dict(scope.get("headers", ())).get(b"host", b"").decode("latin-1")
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if not is_loopback_host(name):
-            refusal = _denied("the dashboard answers on a loopback address only (127.0.0.1, localhost)", 421)
-            await self._with_headers(refusal)(scope, receive, send)
-            return
 
         async def send_secured(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -128,8 +124,3 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_secured)
-
-    @staticmethod
-    def _with_headers(response: Response) -> Response:
-        response.raw_headers.extend(SECURITY_HEADERS)
-        return response
