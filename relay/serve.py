@@ -215,7 +215,7 @@ def _dashboard(
     """The dashboard at /ui: on a loopback TCP listener with a signing key only (its logins are
     minted with that key; `relay dashboard-url`)."""
     if keyring is None or settings.uds is not None or not is_loopback_host(settings.host):
-        log.info("dashboard not served (it needs --agent-mcp-key-file and a loopback --host)")
+        log.info("dashboard not served (it needs a signing key and a loopback --host)")
         return None
     return dashboard_wiring.build(relay, connection, keyring)
 

@@ -298,12 +298,3 @@ def store_named(settings: StoreSettings, url: str) -> str:
     if settings.redis_url is not None:
         return url
     return f"{url} (the embedded server of {settings.data_dir.absolute()})"
-
-
-class DashboardUrlSettings(_Settings):
-    """``relay dashboard-url``: where the relay listens and the key it signs with."""
-
-    url: str = Field("http://127.0.0.1:8080", description="the relay's base URL (its loopback listener)")
-    key_file: Path | None = Field(
-        None, description="the signing key relay serves with (default: the data dir's relay.key)"
-    )

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from broker.addresses import is_loopback_host
-from broker.front.key_file import load_key_file
-from broker.front.paths import UI_PATH
+from broker.front.paths import MCP_PATH, UI_PATH
 from broker.front.ui.access import DEFAULT_LOGIN_TTL, MAX_LOGIN_TTL, OperatorAccess
 from relay.commands import UsageError, bounded_int
-from relay.commands.claude_code import default_key_file
-from relay.settings import DashboardUrlSettings, add_options, load
+from relay.commands.keys import KEY_FILE_NAME, default_url, signing_keys
+from relay.settings import DataDirSettings, add_options
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -31,7 +30,18 @@ def register(subparsers: Subparsers) -> None:
         description="Print a login URL for the relay dashboard (served by `relay serve` at /ui on its "
         "loopback listener). The URL works once, for --ttl seconds; opening it starts a browser session.",
     )
-    add_options(parser, DashboardUrlSettings)
+    parser.add_argument(
+        "--url",
+        help="the relay's base URL, e.g. http://127.0.0.1:8080 (default: where `relay serve` with the same "
+        "RELAY_HOST / RELAY_PORT listens)",
+    )
+    parser.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="PATH",
+        help=f"the signing key relay serves with (default: {KEY_FILE_NAME} in the data dir)",
+    )
+    add_options(parser, DataDirSettings)
     parser.add_argument(
         "--ttl",
         type=bounded_int(1, MAX_LOGIN_TTL, "seconds"),
@@ -56,8 +66,8 @@ def login_url(base: str, token: str) -> str:
 
 
 def _dashboard_url(args: argparse.Namespace) -> int:
-    settings = load(DashboardUrlSettings, args)
-    key_file: Path = settings.key_file or default_key_file()
-    access = OperatorAccess(load_key_file(key_file))
-    print(login_url(settings.url, access.mint_login(args.ttl)))
+    base = args.url or default_url().removesuffix(MCP_PATH)
+    login_url(base, "")  # a URL the dashboard cannot be reached at is refused before any key is read
+    access = OperatorAccess(signing_keys(args))
+    print(login_url(base, access.mint_login(args.ttl)))
     return 0
