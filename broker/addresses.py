@@ -185,6 +185,11 @@ class RemoteAddress(Address):
         return cls(endpoint)
 
 
+HUMAN_SESSION: Final = "shell"
+"""The session a person's id is registered and sends from, by every front (``relay send``, the
+dashboard): one value, so a person registered by one front sends from the other."""
+
+
 @dataclass(frozen=True, slots=True)
 class HumanAddress(Address):
     """A person on this host (``relay send``, the dashboard); the endpoint is a label for them, e.g.

@@ -16,7 +16,7 @@ import pytest
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
 from adapters.memory.delivery import MemoryDeliveryQueue
 from adapters.memory.operator_view import MemoryOperatorView
-from broker.addresses import ClaudeCodeAddress, HumanAddress
+from broker.addresses import HUMAN_SESSION, ClaudeCodeAddress, HumanAddress
 from broker.agent_message import AgentMessageContract
 from broker.front.app import create_app
 from broker.front.tokens import AuthError, KeyRing, agent_headers
@@ -175,6 +175,7 @@ async def test_a_refused_send_stores_and_registers_nothing() -> None:
         assert sent["registered_sender"] is True
         registration = await relay.registration("dana")
         assert registration is not None and registration.provider == "human"
+        assert registration.session == HUMAN_SESSION  # the session `relay send` sends from too
         again = (
             await http.post("/ui/api/send", json={"from": "dana", "to": "bob", "kind": "note", "text": "2"})
         ).json()

@@ -16,6 +16,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from broker.addresses import HUMAN_SESSION
 from broker.ids import check_agent_id, is_envelope_id
 from broker.text import escaped
 from relay.claude_code.relay_http import Refused
@@ -26,8 +27,6 @@ from relay.shell import call_tool
 if TYPE_CHECKING:
     from relay.commands import Subparsers
 
-HUMAN_SESSION = "shell"
-"""The session a person's id is registered and sends from."""
 _LABEL = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from broker.addresses import Address
+from broker.addresses import HUMAN_SESSION, Address
 from broker.agent_message import AgentMessage
 from broker.delivery import DeadLetter
 from broker.envelope import format_ms
@@ -40,8 +40,6 @@ THREAD_LIMIT: Final = 500
 THREAD_KEEP_SECONDS: Final = 10.0
 DEAD_LETTERS_SHOWN: Final = 100
 DEAD_AGENTS_SHOWN: Final = 50
-HUMAN_SESSION: Final = "dashboard"
-"""The session a person's id is registered with when they first send from the dashboard."""
 MAX_BODY_BYTES: Final = 256 * 1024
 STATUS: Final[dict[str, int]] = {
     "invalid_argument": 400,
