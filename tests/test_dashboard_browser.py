@@ -1,6 +1,7 @@
 """The dashboard in a real browser: headless Chromium driven by Playwright, against a real ``relay
 serve`` child process on its own Redis, with the recipient of a dashboard send fetching over MCP with
-the official ``mcp`` client. The run writes a screenshot of each page into docs/screenshots/.
+the official ``mcp`` client. With ``RELAY_SCREENSHOTS=docs/screenshots`` the run refreshes the
+screenshot of each page that the docs show (otherwise they go to a temporary folder).
 
 Skipped, with the reason, where Chromium (Debian's ``chromium`` package; ``.ci/run`` installs it) or
 Playwright is missing.
@@ -9,7 +10,9 @@ Playwright is missing.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +31,7 @@ from broker.agent_message import AgentMessageContract
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from broker.testing.polling import wait_until
-from tests.processes import ROOT, ServeProcess, run_relay
+from tests.processes import ServeProcess, run_relay
 from tests.support import redis_relays
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -40,7 +43,9 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-SHOTS = ROOT / "docs" / "screenshots"
+SHOTS = Path(os.environ.get("RELAY_SCREENSHOTS") or tempfile.mkdtemp(prefix="relay-screenshots-"))
+DIALOGS: list[str] = []
+"""Messages of every dialog any page opened (an alert from injected script); must stay empty."""
 XSS_TEXT = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 BACKLOG = 120
 CONTRACT = AgentMessageContract()
@@ -135,13 +140,16 @@ def page(browser: Any, running: Running) -> Iterator[Any]:
     """A signed-in page; any dialog (an alert from injected script) fails the test."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     tab = context.new_page()
-    dialogs: list[str] = []
-    tab.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    tab.on("dialog", lambda d: (DIALOGS.append(d.message), d.dismiss()))
     tab.goto(running.login_url())
     yield tab
-    assert dialogs == []
-    assert tab.evaluate("window.__xss") is None
     context.close()
+
+
+def assert_inert(page: Any) -> None:
+    """No injected script ran: no dialog opened, and the marker the hostile texts set is unset."""
+    assert DIALOGS == []
+    assert page.evaluate("window.__xss") is None
 
 
 def shot(page: Any, name: str) -> None:
@@ -208,7 +216,7 @@ def test_inbox_is_read_only_and_xss_renders_as_text(page: Any, running: Running)
     row = page.wait_for_selector(f"tr[data-envelope='{running.seeded.xss}']")
     assert XSS_TEXT in row.text_content()
     assert page.locator("#inbox script, #inbox img").count() == 0
-    assert page.evaluate("window.__xss") is None
+    assert_inert(page)
     shot(page, "inbox")
     client = redis.Redis.from_url(running.redis_url, decode_responses=True)
     try:  # nothing was handed out by looking
@@ -294,7 +302,7 @@ def test_a_hostile_agent_id_renders_as_text(page: Any) -> None:
     page.wait_for_selector("h1 span.mono")
     assert page.text_content("h1 span.mono") == hostile
     assert page.locator("main img").count() == 0
-    assert page.evaluate("window.__xss") is None
+    assert_inert(page)
 
 
 def test_state_changes_need_the_csrf_token_and_same_origin(page: Any, running: Running) -> None:
