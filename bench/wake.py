@@ -13,7 +13,7 @@ hook waiters do.
 - ``wake_p50_ms`` / ``wake_p99_ms``: 100 waiters parked (100 agents); one at a time, the bench sends an
   envelope to one of them through relay's core and times send -> that waiter's answer read; the waiter
   parks again.
-- ``idle_waiters``: on a second, fresh worker, waiters parked at once (its ``csf_relay_parked_waits``
+- ``idle_waiters``: on a second, fresh worker, waiters parked at once (its ``csf_relay_long_polls_parked``
   gauge, read last), one per agent; ``idle_waiter_kib``: the worker's RSS growth per parked waiter (RSS
   after one warm-up wait and once its CPU is quiet, against RSS with all of them parked and the worker
   quiet again); ``idle_redis_conns``: the worker's connections in Redis's ``CLIENT LIST`` meanwhile
@@ -141,7 +141,7 @@ class Worker:
     def parked(self) -> int:
         with urllib.request.urlopen(f"{self.base}/metrics", timeout=10) as reply:  # noqa: S310
             for line in reply.read().decode().splitlines():
-                if line.startswith("csf_relay_parked_waits "):
+                if line.startswith("csf_relay_long_polls_parked "):
                     return int(float(line.split()[1]))
         return -1
 

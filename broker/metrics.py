@@ -48,8 +48,9 @@ class RelayMetrics:
             registry=self.registry,
         )
         self.parked = Gauge(
-            "csf_relay_parked_waits",
-            "Long-poll fetches and mail-pending waits parked in this process now.",
+            "csf_relay_long_polls_parked",
+            "Long-poll fetches (FetchAgentInbox with wait_ms) and mail-pending waits (POST /agent/wait) "
+            "parked in this process now (at most 16 per agent).",
             registry=self.registry,
         )
         for kind in ("new", "reminder"):

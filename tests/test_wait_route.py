@@ -92,7 +92,7 @@ async def test_a_parked_wait_is_answered_by_a_send_with_an_escaped_preview(front
         assert preview.endswith("…") and len(preview) <= PREVIEW_CHARS + 1 and preview.isprintable()
         metrics = (await httpx2.AsyncClient().get(front.base + "/metrics")).text
         assert 'csf_relay_notices_total{kind="new"} 1.0' in metrics
-        assert "csf_relay_parked_waits 0.0" in metrics
+        assert "csf_relay_long_polls_parked 0.0" in metrics
 
 
 async def test_a_caller_that_hangs_up_frees_its_parked_wait(front: Front) -> None:

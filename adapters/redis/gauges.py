@@ -66,7 +66,6 @@ class InboxGauges(Collector):
         if batch < 1 or max_series < 0:
             raise ValueError("batch must be >= 1 and max_series >= 0")
         self.inspector = Inspector(connection)
-        self._wakeups = connection.wakeups
         self.batch = batch
         self.max_series = max_series
         self._figures: dict[str, _Figure] = {}
@@ -217,11 +216,6 @@ class InboxGauges(Collector):
             "csf_relay_inspection_staleness_seconds",
             "Age of the oldest per-agent figure in the totals, at the last refresh.",
             value=max(0.0, (self._now_ms - oldest_read) / 1000),
-        )
-        yield GaugeMetricFamily(
-            "csf_relay_long_polls_parked",
-            "Long-polls (FetchAgentInbox with wait_ms) parked on this worker now (at most 16 per agent).",
-            value=float(self._wakeups.count()),
         )
         yield GaugeMetricFamily(
             "csf_relay_inspection_up",
