@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 Body = TypeVar("Body")
 
-RESERVED_FIELDS = frozenset({"from", "tier", "sent_at", "nonce", "to", "id", "requeued_from"})
+RESERVED_FIELDS = frozenset({"from", "tier", "sent_at", "expires_at", "nonce", "to", "id", "requeued_from"})
 """Field names the envelope itself uses; a contract's ``to_fields`` must not produce them."""
 
 

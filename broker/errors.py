@@ -169,6 +169,24 @@ class InboxFull(RelayError):
         return {"agent": self.agent, "cap": self.cap, "depth": self.depth}
 
 
+class IdempotencyConflict(RelayError):
+    """The idempotency key was used, within the dedup window, for a different request; nothing was
+    stored."""
+
+    code = "idempotency_conflict"
+
+    def __init__(self, agent: str, key: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} of agent {agent!r} was already used for a different message "
+            "(recipient, message or ttl_ms); use a new key for a new message"
+        )
+        self.agent = agent
+        self.key = key
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent, "field": "idempotency_key"}
+
+
 class RateLimited(RelayError):
     """The sender exceeded its send rate; retry after ``retry_after`` seconds."""
 

@@ -30,9 +30,14 @@ SESSION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 ENVELOPE_ID_PATTERN: Final = r"^env_[0-9A-HJKMNP-TV-Z]{26}$"
 """Envelope ids, as they appear in ``in_reply_to`` and in acknowledgements."""
 
+IDEMPOTENCY_KEY_PATTERN: Final = r"^[A-Za-z0-9._:-]{1,128}$"
+"""Idempotency keys of a send: 1..128 of ASCII letters, digits, '.', '_', ':', '-' (no braces or
+spaces, so a key can be part of a Redis key name)."""
+
 _AGENT_RE: Final = re.compile(AGENT_ID_PATTERN)
 _SESSION_RE: Final = re.compile(SESSION_ID_PATTERN)
 _ENVELOPE_RE: Final = re.compile(ENVELOPE_ID_PATTERN)
+_IDEMPOTENCY_KEY_RE: Final = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 _ALPHABET: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _MS_CHARS: Final = 10
@@ -79,6 +84,18 @@ def _valid_agent_id(value: str) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _valid_session_id(value: str) -> bool:
     return _SESSION_RE.fullmatch(value) is not None
+
+
+def check_idempotency_key(value: object) -> str:
+    """Return ``value`` if it is a valid idempotency key, else raise ``InvalidArgument``."""
+    if isinstance(value, str) and _IDEMPOTENCY_KEY_RE.fullmatch(value) is not None:
+        return value
+    raise InvalidArgument(
+        "idempotency_key",
+        "idempotency_key.pattern",
+        f"{_show(value)} is not a valid idempotency key: use 1-128 ASCII letters, digits, '.', '_', ':' "
+        "or '-'",
+    )
 
 
 def is_envelope_id(value: object) -> bool:

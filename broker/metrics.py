@@ -55,8 +55,15 @@ class RelayMetrics:
         )
         for kind in ("new", "reminder"):
             self.notices.labels(kind=kind)
+        self.expired = Counter(
+            "csf_relay_envelopes_expired",
+            "Envelopes whose ttl passed before they were acknowledged, moved to the dead letters.",
+            ["tier"],
+            registry=self.registry,
+        )
         for tier in Tier:
             self.dead_lettered.labels(tier=tier.label)
+            self.expired.labels(tier=tier.label)
         self._sent = {tier: self.sent.labels(tier=tier.label) for tier in Tier}
         self._delivered = {tier: self.delivered.labels(tier=tier.label) for tier in Tier}
 
@@ -65,3 +72,8 @@ class RelayMetrics:
 
     def count_delivered(self, tier: Tier, n: int = 1) -> None:
         self._delivered[tier].inc(n)
+
+    def count_dead(self, tier: Tier, reason: str) -> None:
+        """One envelope moved to the dead letters by fetch or a sweep: ``expired`` or a dead letter."""
+        counter = self.expired if reason == "expired" else self.dead_lettered
+        counter.labels(tier=tier.label).inc()

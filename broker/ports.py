@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Final, Protocol
 
 from broker.addresses import Address
 from broker.envelope import Tier
@@ -66,6 +66,19 @@ class Appended:
     envelope_id: str
     tier: Tier
     sent_at_ms: int
+    repeated: bool = False
+    """True when an idempotency key matched an earlier send: this is its result, nothing was stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendOptions:
+    """The optional parts of a send. ``request_hash`` identifies the request (recipient, body, ttl)
+    for the idempotency key; it is set exactly when ``idempotency_key`` is."""
+
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    expires_at_ms: int | None = None
+    """When the envelope expires (ms since the epoch); None = never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +94,35 @@ class StoredEnvelope:
     deliveries: int
     first_delivery: bool
     """True exactly once per envelope across every process: the fetch that first handed it out."""
+    expires_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """What ``fetch`` handed out, and what it moved to the dead letters instead: (tier, reason) each,
+    the reason ``expired`` or ``max_deliveries``."""
+
+    envelopes: list[StoredEnvelope]
+    dead_lettered: tuple[tuple[Tier, str], ...] = ()
+
+
+STATES: Final = ("queued", "delivered", "acknowledged", "dead_lettered", "expired", "unknown")
+"""What ``status`` says of an envelope (see ``IInboxStore.status``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStatus:
+    """What became of one envelope, as its sender may learn it."""
+
+    envelope_id: str
+    state: str
+    """One of ``STATES``."""
+    to: str | None = None
+    deliveries: int | None = None
+    """Hand-outs so far; None when not known (acknowledged, unknown)."""
+    sent_at_ms: int | None = None
+    reason: str | None = None
+    """Why it was dead-lettered (``max_deliveries``, a receive loop's reason) or ``expired``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +186,17 @@ class IInboxStore(Protocol):
     - ``ack`` removes envelopes for good; acknowledging twice or an unknown id is harmless and reported
       as unknown. An agent can only acknowledge envelopes of its own inbox.
     - Acknowledged envelopes are deleted at once; nothing acknowledged is kept.
+    - Idempotency: a send with an idempotency key that the same sender used within the dedup window
+      returns the first send's result (same id, tier and sent_at, ``repeated``) and stores nothing,
+      also when the first attempt's caller never saw its answer; the same key with another request
+      (recipient, body or ttl) raises ``IdempotencyConflict``. A refused send does not use its key up.
+    - Expiry: an envelope whose ``expires_at_ms`` has passed (by the store's clock) is never handed out:
+      ``fetch`` moves it to the recipient's dead letters with reason ``expired``; ``sweep`` does the
+      same for the oldest envelopes of an inbox without handing anything out.
+    - Poison limit: with ``max_deliveries`` N > 0, a pending envelope that ``fetch`` already handed out
+      N times moves to the dead letters with reason ``max_deliveries`` instead of coming back.
+    - Status: ``status`` tells a sender what became of envelopes it sent, within the status retention;
+      anything else (another agent's envelope, an unknown or older id) is ``unknown``.
     """
 
     async def open(self) -> None: ...
@@ -158,9 +211,11 @@ class IInboxStore(Protocol):
         *,
         sent_at_ms: int,
         sender_session: str | None = None,
+        options: SendOptions = SendOptions(),
     ) -> Appended:
-        """Check the sender (registration, session, rate) and then, atomically with the write, the
-        recipient (registration, inbox cap), and store one envelope in ``to``'s inbox.
+        """Check the sender (registration, session, idempotency key, rate) and then, atomically with the
+        write, the recipient (idempotency record, registration, inbox cap), and store one envelope in
+        ``to``'s inbox, with ``options.expires_at_ms``.
 
         The sender's checks come first and nothing is stored when they fail; the recipient's checks
         are atomic with the append. A send refused by the recipient's checks consumes no rate token.
@@ -169,15 +224,17 @@ class IInboxStore(Protocol):
             UnregisteredAgent: the sender is not registered.  SessionSuperseded: ``sender_session`` is
             given and was replaced by the current session.  SessionNotRegistered: ``sender_session``
             never registered.  UnknownRecipient: ``to`` is not registered.
-            InboxFull: the inbox holds its cap of unacknowledged envelopes.  BackendUnavailable.
+            InboxFull: the inbox holds its cap of unacknowledged envelopes.  IdempotencyConflict: the
+            key was used for another request.  BackendUnavailable.
             In every case nothing was stored.
         """
         ...
 
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
-    ) -> list[StoredEnvelope]:
-        """Up to ``limit`` unacknowledged envelopes, oldest first.
+    ) -> Fetched:
+        """Up to ``limit`` unacknowledged envelopes, oldest first, and the ones moved to the dead
+        letters on the way (expired, or handed out ``max_deliveries`` times already).
 
         When none is available and ``wait`` is positive, park up to ``wait`` seconds and return as soon
         as one arrives. A parked fetch holds no store connection of its own: it is woken when
@@ -206,6 +263,25 @@ class IInboxStore(Protocol):
             UnregisteredAgent, SessionSuperseded or SessionNotRegistered (when ``session`` is given),
             BackendUnavailable.
         """
+        ...
+
+    async def status(
+        self, sender: str, ids: Sequence[str], *, session: str | None = None
+    ) -> list[MessageStatus]:
+        """What became of envelopes ``sender`` sent, one status per id in order (ids are checked).
+
+        ``queued`` (in the inbox, never handed out), ``delivered`` (handed out ``deliveries`` times,
+        not acknowledged), ``acknowledged``, ``dead_lettered`` (with ``reason``), ``expired``; an id
+        ``sender`` did not send, or sent longer than the status retention ago, is ``unknown`` with no
+        other field, so one agent learns nothing about another's envelopes.
+        Raises:
+            UnregisteredAgent, SessionSuperseded (when ``session`` is given), BackendUnavailable.
+        """
+        ...
+
+    async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
+        """Move expired envelopes among the ``limit`` oldest of ``agent``'s inbox to its dead letters
+        (reason ``expired``); returns (tier, reason) of each. Raises ``BackendUnavailable``."""
         ...
 
     async def ping(self) -> bool: ...

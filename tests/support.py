@@ -14,7 +14,7 @@ from adapters.memory import MemoryInboxStore, MemoryNoticeStore, MemoryRegistry,
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from broker.addresses import Address, ClaudeCodeAddress, RemoteAddress, WorkbenchAddress
 from broker.contract import Contract
-from broker.envelope import Tier
+from broker.envelope import Tier, now_ms
 from broker.errors import ContractViolation, Violation
 from broker.relay import Relay
 from broker.testing.base import Limits
@@ -45,6 +45,8 @@ async def memory_relays(
         send_burst=limits.send_burst,
         max_waits_per_agent=limits.max_waits_per_agent,
         max_waits=limits.max_waits,
+        max_deliveries=limits.max_deliveries,
+        clock=limits.clock or now_ms,
     )
     relays = [
         Relay(
@@ -53,6 +55,7 @@ async def memory_relays(
             MemoryRegistry(state),
             notices=MemoryNoticeStore(state),
             remind_after=limits.remind_after,
+            clock=state.clock,
         )
         for _ in range(count)
     ]
@@ -74,17 +77,20 @@ async def redis_relays(
         send_burst=limits.send_burst,
         max_waits_per_agent=limits.max_waits_per_agent,
         max_waits=limits.max_waits,
+        max_deliveries=limits.max_deliveries,
     )
+    clock = limits.clock or now_ms
     relays: list[Relay[B]] = []
     for _ in range(count):
         connection = RedisConnection(settings)
         relays.append(
             Relay(
                 contract,
-                RedisInboxStore(connection),
+                RedisInboxStore(connection, clock=clock),
                 RedisRegistry(connection),
                 notices=RedisNoticeStore(connection),
                 remind_after=limits.remind_after,
+                clock=clock,
             )
         )
     async with contextlib.AsyncExitStack() as stack:

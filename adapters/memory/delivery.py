@@ -35,7 +35,6 @@ class _Hold:
 @dataclass(slots=True)
 class _Shared:
     holds: dict[_Key, _Hold] = field(default_factory=dict)
-    dead: dict[str, list[DeadLetter]] = field(default_factory=dict)
     requeued_from: dict[_Key, str] = field(default_factory=dict)
 
 
@@ -187,29 +186,17 @@ class MemoryDeliveryQueue:
             return False
         del self.state.inboxes[agent].entries[entry.position]
         self._shared.holds.pop(key, None)
-        letter = DeadLetter(
-            envelope_id=envelope_id,
-            sender=entry.sender,
-            to=agent,
-            tier=entry.tier,
-            sent_at_ms=entry.sent_at_ms,
-            fields=dict(entry.fields),
-            attempts=entry.deliveries,
-            reason=reason,
-            dead_at_ms=now_ms(),
-            requeued_from=self._shared.requeued_from.pop(key, None),
-        )
-        self._shared.dead.setdefault(agent, []).append(letter)
+        self.state.bury(agent, entry, entry.deliveries, reason, self._shared.requeued_from.pop(key, None))
         return True
 
     async def dead_letters(self, agent: str, limit: int = 100) -> list[DeadLetter]:
-        return list(self._shared.dead.get(agent, [])[:limit])
+        return list(self.state.dead.get(agent, [])[:limit])
 
     async def dead_letter_count(self, agent: str) -> int:
-        return len(self._shared.dead.get(agent, []))
+        return len(self.state.dead.get(agent, []))
 
     async def requeue(self, agent: str, ids: Sequence[str] | None = None) -> list[str]:
-        dead = self._shared.dead.get(agent, [])
+        dead = self.state.dead.get(agent, [])
         wanted = None if ids is None else set(ids)
         chosen = [d for d in dead if wanted is None or d.envelope_id in wanted]
         if not chosen:

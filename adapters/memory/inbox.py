@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
 from broker.envelope import Tier, now_ms, widest
 from broker.errors import (
+    IdempotencyConflict,
     InboxFull,
     RateLimited,
     SessionNotRegistered,
@@ -18,7 +20,17 @@ from broker.errors import (
     UnregisteredAgent,
 )
 from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
-from broker.ports import AckOutcome, Appended, Registration, StoredEnvelope
+from broker.ports import (
+    AckOutcome,
+    Appended,
+    Fetched,
+    MessageStatus,
+    Registration,
+    SendOptions,
+    StoredEnvelope,
+)
+
+_NO_OPTIONS: Final = SendOptions()
 
 
 class MemoryInboxStore:
@@ -59,8 +71,20 @@ class MemoryInboxStore:
         *,
         sent_at_ms: int,
         sender_session: str | None = None,
+        options: SendOptions = _NO_OPTIONS,
     ) -> Appended:
         origin = self._caller(sender, sender_session)
+        state = self.state
+        claim = None
+        if options.idempotency_key is not None:
+            claim = (sender, options.idempotency_key)
+            held = state.claims.get(claim)
+            if held is not None and held[1] > state.clock():
+                request, _, first = held
+                if request != options.request_hash:
+                    raise IdempotencyConflict(sender, options.idempotency_key)
+                if first is not None:
+                    return Appended(first.envelope_id, first.tier, first.sent_at_ms, repeated=True)
         target = self.state.registrations.get(to)
         if target is None:
             raise UnknownRecipient(to)
@@ -73,11 +97,19 @@ class MemoryInboxStore:
         position = (sent_at_ms, 0) if sent_at_ms > ms else (ms, seq + 1)
         inbox.last = position
         tier = widest(origin.tier, target.tier)
-        entry = MemoryEntry(position, new_nonce(), sender, tier, sent_at_ms, dict(fields))
+        entry = MemoryEntry(
+            position, new_nonce(), sender, tier, sent_at_ms, dict(fields), expires_at_ms=options.expires_at_ms
+        )
         inbox.entries[position] = entry
+        appended = Appended(encode_envelope_id(*position, entry.nonce), tier, sent_at_ms)
+        if claim is not None and options.request_hash is not None:
+            until = state.clock() + state.idempotency_window_ms
+            state.claims[claim] = (options.request_hash, until, appended)
+        if state.status_retention_ms > 0:
+            state.sent.setdefault(sender, {})[entry.nonce] = (to, sent_at_ms)
         self.state.appended(to, entry)
         await inbox.wake()
-        return Appended(encode_envelope_id(*position, entry.nonce), tier, sent_at_ms)
+        return appended
 
     def _take_token(self, sender: str) -> None:
         rate = self.state.send_rate
@@ -93,10 +125,11 @@ class MemoryInboxStore:
 
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
-    ) -> list[StoredEnvelope]:
+    ) -> Fetched:
         self._caller(agent, session)
         self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
+        dropped = self._drop(agent, inbox)
         if not inbox.entries and wait and not self._closed:
             self.state.park(agent)
             try:
@@ -109,6 +142,7 @@ class MemoryInboxStore:
             finally:
                 self.state.unpark(agent)
             self._caller(agent, session)
+            dropped += self._drop(agent, inbox)
         out: list[StoredEnvelope] = []
         for entry in list(inbox.entries.values())[:limit]:
             entry.deliveries += 1
@@ -122,8 +156,67 @@ class MemoryInboxStore:
                     fields=dict(entry.fields),
                     deliveries=entry.deliveries,
                     first_delivery=entry.deliveries == 1,
+                    expires_at_ms=entry.expires_at_ms,
                 )
             )
+        return Fetched(out, tuple(dropped))
+
+    def _drop(self, agent: str, inbox: MemoryInbox, limit: int | None = None) -> list[tuple[Tier, str]]:
+        """Move expired entries, and entries handed out ``max_deliveries`` times, to the dead letters
+        (the oldest ``limit`` only, when given: a sweep)."""
+        state = self.state
+        now, most = state.clock(), state.max_deliveries if limit is None else 0
+        dropped: list[tuple[Tier, str]] = []
+        for entry in list(inbox.entries.values())[:limit]:
+            if entry.expires_at_ms is not None and entry.expires_at_ms <= now:
+                reason = "expired"
+            elif most and entry.deliveries >= most:
+                reason = "max_deliveries"
+            else:
+                continue
+            del inbox.entries[entry.position]
+            state.bury(agent, entry, entry.deliveries, reason)
+            counts = state.counts.setdefault(agent, {})
+            counts[reason] = counts.get(reason, 0) + 1
+            dropped.append((entry.tier, reason))
+        return dropped
+
+    async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
+        inbox = self.state.inboxes.get(agent)
+        return self._drop(agent, inbox, limit) if inbox is not None else []
+
+    async def status(
+        self, sender: str, ids: Sequence[str], *, session: str | None = None
+    ) -> list[MessageStatus]:
+        self._caller(sender, session)
+        state = self.state
+        now, retention = state.clock(), state.status_retention_ms
+        mine = state.sent.get(sender, {})
+        out: list[MessageStatus] = []
+        for envelope_id in ids:
+            ms, seq, nonce = decode_envelope_id(envelope_id)
+            noted = mine.get(nonce)
+            if noted is None or retention <= 0 or ms < now - retention:
+                out.append(MessageStatus(envelope_id, "unknown"))
+                continue
+            to, sent_at_ms = noted
+            inbox = state.inboxes.get(to)
+            entry = inbox.entries.get((ms, seq)) if inbox is not None else None
+            if entry is not None and entry.nonce == nonce:
+                if entry.expires_at_ms is not None and entry.expires_at_ms <= now:
+                    state_, deliveries, reason = "expired", entry.deliveries, "expired"
+                else:
+                    state_, deliveries, reason = (
+                        ("delivered" if entry.deliveries else "queued"),
+                        entry.deliveries,
+                        None,
+                    )
+            elif nonce in state.outcomes.get(to, {}):
+                deliveries, why = state.outcomes[to][nonce]
+                state_, reason = ("expired" if why == "expired" else "dead_lettered"), why
+            else:
+                state_, deliveries, reason = "acknowledged", None, None
+            out.append(MessageStatus(envelope_id, state_, to, deliveries, sent_at_ms, reason))
         return out
 
     def _look_again(self, inbox: MemoryInbox, agent: str, session: str | None) -> bool:

@@ -7,11 +7,14 @@ runs on one event loop, so each operation is atomic between awaits.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from broker.envelope import Tier, from_ms
+from broker.delivery import DeadLetter
+from broker.envelope import Tier, from_ms, now_ms
 from broker.errors import TooManyWaits
-from broker.ports import Registration
+from broker.ids import encode_envelope_id
+from broker.ports import Appended, Registration
 
 
 @dataclass(slots=True)
@@ -23,6 +26,7 @@ class MemoryEntry:
     sent_at_ms: int
     fields: dict[str, str]
     deliveries: int = 0
+    expires_at_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -88,6 +92,45 @@ class MemoryState:
     def appended(self, agent: str, entry: MemoryEntry) -> None:
         for queue in self.followers:
             queue.put_nowait((agent, entry))
+
+    clock: Callable[[], int] = now_ms
+    """Milliseconds since the epoch: expiry is judged by it (as ``RedisInboxStore``'s clock)."""
+    max_deliveries: int = 0
+    """Hand-outs by fetch before an unacknowledged envelope is dead-lettered; 0 = no limit."""
+    idempotency_window_ms: int = 24 * 3600 * 1000
+    status_retention_ms: int = 7 * 24 * 3600 * 1000
+    """0 = keep no status."""
+    dead: dict[str, list[DeadLetter]] = field(default_factory=dict)
+    """Dead letters per agent, oldest first."""
+    claims: dict[tuple[str, str], tuple[str, int, Appended | None]] = field(default_factory=dict)
+    """(sender, idempotency key) -> (request hash, expires at ms, the first send's result)."""
+    sent: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)
+    """Status index: sender -> nonce -> (recipient, sent_at ms)."""
+    outcomes: dict[str, dict[str, tuple[int, str]]] = field(default_factory=dict)
+    """Recipient -> nonce -> (attempts, reason) of envelopes moved to its dead letters."""
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Agent -> reason -> envelopes of its inbox dead-lettered at fetch (expired, max_deliveries)."""
+
+    def bury(
+        self, agent: str, entry: MemoryEntry, attempts: int, reason: str, requeued_from: str | None = None
+    ) -> None:
+        """Move ``entry`` (already taken out of ``agent``'s inbox) to its dead letters, and record the
+        outcome for its sender's status."""
+        letter = DeadLetter(
+            envelope_id=encode_envelope_id(*entry.position, entry.nonce),
+            sender=entry.sender,
+            to=agent,
+            tier=entry.tier,
+            sent_at_ms=entry.sent_at_ms,
+            fields=dict(entry.fields),
+            attempts=attempts,
+            reason=reason,
+            dead_at_ms=self.clock(),
+            requeued_from=requeued_from,
+        )
+        self.dead.setdefault(agent, []).append(letter)
+        if self.status_retention_ms > 0:
+            self.outcomes.setdefault(agent, {})[entry.nonce] = (attempts, reason[:120])
 
     notices: dict[str, tuple[str, tuple[int, int], float]] = field(default_factory=dict)
     """Per agent: the session of its mail-pending cursor, the newest position announced to it, and the

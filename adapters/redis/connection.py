@@ -57,6 +57,12 @@ class RedisSettings:
     """Sends an agent may make at once above its rate (the token bucket's size)."""
     wait_replicas: int = 0
     """Replicas that must hold a send, acknowledgement or registration before it is answered."""
+    max_deliveries: int = 0
+    """Hand-outs of an unacknowledged envelope before fetch dead-letters it; 0 = no limit."""
+    idempotency_window_ms: int = 24 * 3600 * 1000
+    """How long an idempotency key is remembered."""
+    status_retention_ms: int = 7 * 24 * 3600 * 1000
+    """How long what a sender sent is kept for its status; 0 = keep no status."""
     max_waits_per_agent: int = 16
     """Long-polls one agent may have parked on this worker at once."""
     max_waits: int = 10_000

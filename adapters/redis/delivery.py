@@ -123,8 +123,16 @@ class RedisDeliveryQueue:
             # not retried: after a lost reply the entry is gone, and a retry would report False
             moved = await self.connection.script(
                 self.scripts.dead_letter,
-                [keys.inbox(agent), keys.dead_letters(agent)],
-                [GROUP, stream_id, nonce, envelope_id, consumer or "", reason, dead_at],
+                [keys.inbox(agent), keys.dead_letters(agent), keys.outcomes(agent)],
+                [
+                    GROUP,
+                    stream_id,
+                    nonce,
+                    consumer or "",
+                    reason,
+                    dead_at,
+                    self.connection.settings.status_retention_ms,
+                ],
                 idempotent=False,
                 durable=True,
             )

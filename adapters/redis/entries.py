@@ -1,8 +1,9 @@
 """The inbox stream entry layout, on the Python side (``lua/_entry.lua`` is its Lua twin).
 
-One entry is one envelope: ``from``, ``tier``, ``sent_at`` (ISO-8601 UTC), the contract's body fields,
-``nonce``; a requeued dead letter also carries ``requeued_from``. The envelope id is made of the entry
-id (milliseconds and sequence) and the nonce. Scripts that hand entries out return rows
+One entry is one envelope: ``from``, ``tier``, ``sent_at`` (ISO-8601 UTC), ``expires_at`` (ms since
+the epoch, only with a ttl), the contract's body fields, ``nonce``; a requeued dead letter also
+carries ``requeued_from``. The envelope id is made of the entry id (milliseconds and sequence) and the
+nonce. Scripts that hand entries out return rows
 ``[entry id, [field, value, ...], deliveries, first (1|0)]``; ``stored`` decodes one. Dead letters
 keep the header and body and add ``envelope_id``, ``attempts``, ``reason`` and ``dead_at``.
 """
@@ -16,10 +17,10 @@ from broker.envelope import Tier, parse_ms, parse_time, to_ms
 from broker.ids import decode_envelope_id, encode_envelope_id
 from broker.ports import Announced, StoredEnvelope
 
-FROM, TIER, SENT_AT, NONCE = "from", "tier", "sent_at", "nonce"
+FROM, TIER, SENT_AT, EXPIRES_AT, NONCE = "from", "tier", "sent_at", "expires_at", "nonce"
 HEADER = (FROM, TIER, SENT_AT)
 """Fields before the body; ``NONCE`` comes after it."""
-ENVELOPE_FIELDS = frozenset({*HEADER, NONCE})
+ENVELOPE_FIELDS = frozenset({*HEADER, EXPIRES_AT, NONCE})
 _TIERS = {tier.label: tier for tier in Tier}
 
 
@@ -61,6 +62,7 @@ def stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
     tier = fields.pop(TIER, "")
     sent_at = fields.pop(SENT_AT, "")
     nonce = fields.pop(NONCE, "")
+    expires_at = fields.pop(EXPIRES_AT, None)
     fields.pop(REQUEUED_FROM, None)  # set on dead letters brought back; not part of the body
     return StoredEnvelope(
         envelope_id=envelope_id(str(stream_id), nonce),
@@ -71,6 +73,7 @@ def stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
         fields=fields,
         deliveries=int(str(deliveries)),
         first_delivery=bool(int(str(first))),
+        expires_at_ms=int(expires_at) if expires_at else None,
     )
 
 
@@ -95,6 +98,7 @@ def dead_letter(agent: str, values: object) -> DeadLetter:
     fields = fields_of(values)
     meta = {k: fields.pop(k, "") for k in DEAD_LETTER_FIELDS}
     header = {k: fields.pop(k, "") for k in HEADER}
+    fields.pop(EXPIRES_AT, None)
     requeued_from = fields.pop(REQUEUED_FROM, None)
     return DeadLetter(
         envelope_id=meta["envelope_id"],

@@ -3,28 +3,35 @@
 Every script call touches one agent's keys (one hash slot), so the store runs on one Redis or a
 cluster alike (docs/redis-layout.md):
 
-- send: ``send_check`` on the sender's slot (registration, session, rate token; returns its tier),
-  then ``send_append`` on the recipient's slot (registration, cap, ``XADD``, wake-up). When step 2
-  refuses, ``send_refund`` gives the rate token back, so a refused send leaves nothing behind.
-- fetch and acknowledge: one script each on the agent's slot.
+- send: ``send_check`` on the sender's slot (registration, session, idempotency claim, rate token,
+  status index; returns its tier), then ``send_append`` on the recipient's slot (idempotency record,
+  registration, cap, ``XADD``, wake-up). When step 2 refuses, ``send_refund`` undoes step 1, so a
+  refused send leaves nothing behind.
+- fetch and acknowledge: one script each on the agent's slot; fetch moves expired and too often
+  delivered envelopes to the dead letters on the way.
+- status: ``status_index`` on the sender's slot (which ids it sent, to whom), then ``status`` on each
+  recipient's slot.
 - a long-poll parks on the worker's wake-ups (``adapters/redis/wake.py``) and runs the fetch script
   again when woken: no Redis connection is held while it waits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
 
 from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import entry_id, envelope_id, rows, tier_of
 from adapters.redis.keys import GROUP
-from broker.envelope import Tier, format_ms
+from broker.envelope import Tier, format_ms, now_ms
 from broker.errors import (
     BackendRefused,
+    IdempotencyConflict,
     InboxFull,
     RateLimited,
     RelayError,
@@ -33,14 +40,21 @@ from broker.errors import (
     UnknownRecipient,
     UnregisteredAgent,
 )
-from broker.ids import new_nonce
-from broker.ports import AckOutcome, Appended, StoredEnvelope
+from broker.ids import decode_envelope_id, new_nonce
+from broker.ports import AckOutcome, Appended, Fetched, MessageStatus, SendOptions
+
+DAY_MS: Final = 24 * 3600 * 1000
+SKEW_MS: Final = 5 * 60 * 1000
+"""A send is noted under its worker's day; its entry id carries Redis's time. Status looks at the days
+this far either side, so clocks this far apart still find it."""
+_NO_OPTIONS: Final = SendOptions()
 
 
 class RedisInboxStore:
-    def __init__(self, connection: RedisConnection) -> None:
+    def __init__(self, connection: RedisConnection, *, clock: Callable[[], int] = now_ms) -> None:
         self.connection = connection
         self.keys = connection.keys
+        self.clock = clock
 
     async def open(self) -> None:
         await self.connection.open()
@@ -62,69 +76,199 @@ class RedisInboxStore:
         *,
         sent_at_ms: int,
         sender_session: str | None = None,
+        options: SendOptions = _NO_OPTIONS,
     ) -> Appended:
         connection, keys, scripts = self.connection, self.keys, self.connection.scripts
         settings = connection.settings
         rate_key = keys.rate(sender)
+        nonce = new_nonce()
+        day = sent_at_ms // DAY_MS
+        index = keys.sent_index(sender, day)
+        key, request = options.idempotency_key, options.request_hash or ""
+        check_keys = [keys.registration(sender), rate_key, index]
+        if key is not None:
+            check_keys.append(keys.idempotency_claim(sender, key))
+        retention = settings.status_retention_ms
+        index_until = (day + 1) * DAY_MS + retention + SKEW_MS if retention > 0 else 0
+        window = settings.idempotency_window_ms
         try:
-            tier = await connection.script(
+            tier, repeated = await connection.script(
                 scripts.send_check,
-                [keys.registration(sender), rate_key],
-                [sender_session or "", repr(float(settings.send_rate)), settings.send_burst],
+                check_keys,
+                [
+                    sender_session or "",
+                    repr(float(settings.send_rate)),
+                    settings.send_burst,
+                    request,
+                    window,
+                    nonce,
+                    f"{to} {sent_at_ms}",
+                    index_until,
+                ],
                 idempotent=False,
             )
         except ResponseError as exc:
-            raise _refusal(exc, sender, sender_session, to) from exc
-        nonce = new_nonce()
+            raise _refusal(exc, sender, sender_session, to, key) from exc
+        append_keys = [keys.registration(to), keys.inbox(to)]
+        if key is not None:
+            append_keys.append(keys.idempotency_record(to, sender, key))
         route = (keys.wake_channel(), to)
-        body: list[str] = []
+        expires = str(options.expires_at_ms) if options.expires_at_ms is not None else ""
+        args: list[str | int] = [sender, tier, format_ms(sent_at_ms), nonce, settings.inbox_cap, GROUP]
+        args += (*route, expires, request, window, sent_at_ms)
         for name, value in fields.items():
-            body += (name, value)
+            args += (name, value)
         try:
-            stream_id, tier = await connection.script(
+            stream_id, tier, nonce, sent_ms, landed_before = await connection.script(
                 scripts.send_append,
-                [keys.registration(to), keys.inbox(to)],
-                [sender, tier, format_ms(sent_at_ms), nonce, settings.inbox_cap, GROUP, *route, *body],
+                append_keys,
+                args,
                 idempotent=False,
                 durable=True,
             )
         except ResponseError as exc:
-            refusal = _refusal(exc, sender, sender_session, to)
-            if settings.send_rate > 0:
-                with contextlib.suppress(RelayError):  # not refunded: one token less, never one more
-                    await connection.script(
-                        scripts.send_refund, [rate_key], [settings.send_burst], idempotent=False
-                    )
+            refusal = _refusal(exc, sender, sender_session, to, key)
+            with contextlib.suppress(RelayError):  # not undone: one token less, never one more
+                refund_keys = [rate_key, index, *check_keys[3:]]
+                burst = settings.send_burst if settings.send_rate > 0 and not int(repeated) else 0
+                await connection.script(
+                    scripts.send_refund,
+                    refund_keys,
+                    [burst, nonce, 1 if key is not None else 0],
+                    idempotent=False,
+                )
             raise refusal from exc
-        return Appended(envelope_id(str(stream_id), nonce), tier_of(str(tier)), sent_at_ms)
+        if int(repeated) and not int(landed_before) and index_until:
+            # the first attempt claimed the key but never landed: this one did, so note it for status
+            await connection.script(
+                scripts.send_note, [index], [nonce, f"{to} {sent_at_ms}", index_until], idempotent=True
+            )
+        return Appended(
+            envelope_id(str(stream_id), str(nonce)),
+            tier_of(str(tier)),
+            int(sent_ms),
+            bool(int(landed_before)),
+        )
 
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
-    ) -> list[StoredEnvelope]:
+    ) -> Fetched:
         found = await self._fetch(agent, limit, session)
-        if found or not wait or wait <= 0:
+        if found.envelopes or not wait or wait <= 0:
             return found
         deadline = time.monotonic() + min(wait, self.connection.settings.max_block)
         with self.connection.wakeups.park(agent) as parked:
             while True:
                 parked.rearm()
-                found = await self._fetch(agent, limit, session)
+                more = await self._fetch(agent, limit, session)
+                found = Fetched(more.envelopes, found.dead_lettered + more.dead_lettered)
                 remaining = deadline - time.monotonic()
-                if found or remaining <= 0 or not await parked.wait(remaining):
+                if found.envelopes or remaining <= 0 or not await parked.wait(remaining):
                     return found
 
-    async def _fetch(self, agent: str, limit: int, session: str | None) -> list[StoredEnvelope]:
+    async def _fetch(self, agent: str, limit: int, session: str | None) -> Fetched:
         connection, keys = self.connection, self.keys
+        settings = connection.settings
+        now = self.clock()
         try:
-            reply = await connection.script(
+            reply, dropped = await connection.script(
                 connection.scripts.fetch,
-                [keys.registration(agent), keys.inbox(agent)],
-                [session or "", GROUP, agent, limit],
+                [
+                    keys.registration(agent),
+                    keys.inbox(agent),
+                    keys.dead_letters(agent),
+                    keys.outcomes(agent),
+                    keys.delivery_counts(agent),
+                ],
+                [
+                    session or "",
+                    GROUP,
+                    agent,
+                    limit,
+                    now,
+                    settings.max_deliveries,
+                    format_ms(now),
+                    settings.status_retention_ms,
+                ],
                 idempotent=True,
             )
         except ResponseError as exc:
             raise _refusal(exc, agent, session, agent) from exc
-        return rows(agent, reply)
+        return Fetched(rows(agent, reply), _dropped(dropped))
+
+    async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
+        connection, keys = self.connection, self.keys
+        now = self.clock()
+        try:
+            dropped = await connection.script(
+                connection.scripts.sweep,
+                [
+                    keys.inbox(agent),
+                    keys.dead_letters(agent),
+                    keys.outcomes(agent),
+                    keys.delivery_counts(agent),
+                ],
+                [GROUP, now, format_ms(now), connection.settings.status_retention_ms, limit],
+                idempotent=True,
+            )
+        except ResponseError as exc:
+            raise _refusal(exc, agent, None, agent) from exc
+        return list(_dropped(dropped))
+
+    async def status(
+        self, sender: str, ids: Sequence[str], *, session: str | None = None
+    ) -> list[MessageStatus]:
+        connection, keys = self.connection, self.keys
+        retention = connection.settings.status_retention_ms
+        now = self.clock()
+        index_keys = [keys.registration(sender)]
+        positions: dict[int, int] = {}
+        args: list[str | int] = [session or ""]
+        for one in ids:
+            ms, _, nonce = decode_envelope_id(one)
+            days = sorted({(ms - SKEW_MS) // DAY_MS, (ms + SKEW_MS) // DAY_MS})
+            for day in days:
+                if day not in positions:
+                    index_keys.append(keys.sent_index(sender, day))
+                    positions[day] = len(index_keys)
+            args += (nonce, " ".join(str(positions[day]) for day in days))
+        try:
+            noted = await connection.script(
+                connection.scripts.status_index, index_keys, args, idempotent=True
+            )
+        except ResponseError as exc:
+            raise _refusal(exc, sender, session, sender) from exc
+        found: dict[str, list[tuple[int, str, int]]] = {}
+        out = [MessageStatus(one, "unknown") for one in ids]
+        for i, (one, value) in enumerate(zip(ids, noted, strict=True)):
+            to, _, sent_at = str(value).partition(" ")
+            if value and retention > 0 and decode_envelope_id(one)[0] >= now - retention:
+                found.setdefault(to, []).append((i, one, int(sent_at)))
+        replies = await asyncio.gather(
+            *(self._outcomes(to, [x[1] for x in wanted], now) for to, wanted in found.items())
+        )
+        for (to, wanted), reply in zip(found.items(), replies, strict=True):
+            for (i, one, sent_ms), (state, deliveries, reason) in zip(wanted, reply, strict=True):
+                count = int(str(deliveries))
+                out[i] = MessageStatus(
+                    one, str(state), to, count if count >= 0 else None, sent_ms, str(reason) or None
+                )
+        return out
+
+    async def _outcomes(self, to: str, ids: list[str], now: int) -> list[list[object]]:
+        args: list[str | int] = [GROUP, now]
+        for one in ids:
+            args += entry_id(one)
+        try:
+            reply: list[list[object]] = await self.connection.script(
+                self.connection.scripts.status,
+                [self.keys.inbox(to), self.keys.outcomes(to)],
+                args,
+                idempotent=True,
+            )
+        except ResponseError as exc:
+            raise _refusal(exc, to, None, to) from exc
+        return reply
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         if not ids:
@@ -155,8 +299,18 @@ class RedisInboxStore:
         return AckOutcome(tuple(acknowledged), tuple(unknown), tuple(origins))
 
 
-def _refusal(exc: ResponseError, agent: str, session: str | None, to: str) -> RelayError:
+def _dropped(reply: object) -> tuple[tuple[Tier, str], ...]:
+    if not isinstance(reply, list):
+        return ()
+    return tuple((tier_of(str(reply[i])), str(reply[i + 1])) for i in range(0, len(reply) - 1, 2))
+
+
+def _refusal(
+    exc: ResponseError, agent: str, session: str | None, to: str, key: str | None = None
+) -> RelayError:
     text = str(exc)
+    if text.startswith("RELAY_IDEMPOTENCY_CONFLICT"):
+        return IdempotencyConflict(agent, key or "")
     if text.startswith("RELAY_UNREGISTERED"):
         return UnregisteredAgent(agent)
     if text.startswith("RELAY_SUPERSEDED"):

@@ -46,6 +46,31 @@ class Keys:
         move it."""
         return f"{self.prefix}:notice:{{{agent}}}"
 
+    def idempotency_claim(self, sender: str, key: str) -> str:
+        """String on the sender's slot: the hash of the request first sent with idempotency ``key``
+        (``broker.ids.IDEMPOTENCY_KEY_PATTERN`` keeps it out of the hash tag); expires after the window."""
+        return f"{self.prefix}:claim:{{{sender}}}:{key}"
+
+    def idempotency_record(self, to: str, sender: str, key: str) -> str:
+        """String on the recipient's slot: hash, entry id, nonce, sent_at and tier of the envelope
+        ``sender`` sent with ``key``; expires after the window."""
+        return f"{self.prefix}:idem:{{{to}}}:{sender}:{key}"
+
+    def sent_index(self, sender: str, day: int) -> str:
+        """Hash: nonce -> "<recipient> <sent_at ms>" of what ``sender`` sent on ``day`` (days since the
+        epoch, UTC); expires the status retention after the day ends."""
+        return f"{self.prefix}:sent:{{{sender}}}:{day}"
+
+    def outcomes(self, agent: str) -> str:
+        """Hash: nonce -> "<attempts> <reason>" of envelopes moved from ``agent``'s inbox to its dead
+        letters, for their senders' status; expires the status retention after the last one."""
+        return f"{self.prefix}:outcome:{{{agent}}}"
+
+    def delivery_counts(self, agent: str) -> str:
+        """Hash: envelopes of ``agent``'s inbox dead-lettered at fetch, by reason (``expired``,
+        ``max_deliveries``); read by ``relay inspect`` and the gauges."""
+        return f"{self.prefix}:counts:{{{agent}}}"
+
     def wake_channel(self) -> str:
         """Pub/sub channel: the send, requeue and register scripts publish the agent id here."""
         return f"{self.prefix}:wake"

@@ -22,9 +22,13 @@ _PRELUDES = {
     "send_append": ("_entry",),
     "ack": ("_entry", "_session"),
     "retry": ("_entry",),
-    "fetch": ("_session",),
+    "fetch": ("_entry", "_session"),
     "send_check": ("_session",),
     "locate": ("_entry",),
+    "dead_letter": ("_entry",),
+    "status": ("_entry",),
+    "status_index": ("_session",),
+    "sweep": ("_entry",),
 }
 
 
@@ -103,7 +107,11 @@ class Scripts:
         self.send_check = Script.named("send_check")
         self.send_append = Script.named("send_append")
         self.send_refund = Script.named("send_refund")
+        self.send_note = Script.named("send_note")
         self.fetch = Script.named("fetch")
+        self.sweep = Script.named("sweep")
+        self.status_index = Script.named("status_index")
+        self.status = Script.named("status")
         self.ack = Script.named("ack")
         self.claim = Script.named("claim")
         self.retry = Script.named("retry")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -31,6 +32,9 @@ class Limits:
     max_waits: int = 10_000
     remind_after: float = 3600.0
     """Seconds before unacknowledged mail is announced again by a mail-pending wait."""
+    max_deliveries: int = 0
+    clock: Callable[[], int] | None = None
+    """Milliseconds since the epoch for the relays and the store (expiry, sent_at); None = real time."""
 
 
 class ConformanceBase(ABC, Generic[Body]):

@@ -34,13 +34,16 @@ from broker.errors import (
 )
 from broker.testing.base import WAIT_BOUND as _WAIT_BOUND
 from broker.testing.base import ConformanceBase
+from broker.testing.delivery_conformance import DeliveryConformance
 from broker.testing.limits_conformance import LimitsConformance
 from broker.testing.session_conformance import SessionConformance
 
 Body = TypeVar("Body")
 
 
-class RelayConformance(LimitsConformance[Body], SessionConformance[Body], ConformanceBase[Body]):
+class RelayConformance(
+    DeliveryConformance[Body], LimitsConformance[Body], SessionConformance[Body], ConformanceBase[Body]
+):
     """The conformance tests; see the module docstring for the hooks (``ConformanceBase``)."""
 
     # -- ordering, limit, fetch-until-ack ---------------------------------------------------------

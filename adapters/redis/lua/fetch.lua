@@ -1,17 +1,25 @@
 -- fetch.lua: the caller's unacknowledged envelopes, oldest first: pending ones, then new ones.
--- KEYS[1] registration hash   KEYS[2] inbox stream
+-- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] dead-letter stream
+-- KEYS[4] outcome hash (status of dead-lettered envelopes)   KEYS[5] per-agent counts hash
 -- ARGV[1] session ("" = do not check)   ARGV[2] consumer group   ARGV[3] consumer name   ARGV[4] count
--- Returns a flat list: for each entry {id, {field, value, ...}, deliveries, first (1|0)}.
+-- ARGV[5] now (ms since the epoch)   ARGV[6] max deliveries (0 = no limit)   ARGV[7] dead_at (ISO-8601)
+-- ARGV[8] status retention in ms (0 = no outcome records)
+-- An entry whose expires_at has passed is never handed out: it moves to the dead letters with reason
+-- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
+-- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash.
 -- Records seen_at (ms of Redis TIME) in the registration hash: the agent's last fetch.
+-- Returns {rows, dropped}: rows is a flat list, for each entry {id, {field, value, ...}, deliveries,
+-- first (1|0)}; dropped is a flat list of tier, reason for every entry moved to the dead letters.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
 local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
-local now = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
+local server_time = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'seen_at', server_time[1] * 1000 + math.floor(server_time[2] / 1000))
 local group, consumer, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local now, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
 local function read(from, n)
   local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', KEYS[2], from)
   if type(reply) == 'table' and reply.err then
@@ -26,12 +34,17 @@ local function read(from, n)
   end
   return reply[1][2]
 end
-local out = {}
+local out, dropped = {}, {}
+local function drop(e, attempts, reason)
+  entry_dead(KEYS[2], KEYS[3], group, e, attempts, reason, ARGV[7], KEYS[4], ARGV[8])
+  redis.call('HINCRBY', KEYS[5], reason, 1)
+  dropped[#dropped + 1] = entry_field(e[2], 'tier') or 'network'
+  dropped[#dropped + 1] = reason
+end
 local pending = read('0', count)
 if pending.err then
   return pending
 end
-local kept = 0
 if #pending > 0 then
   local counts = {}
   local detail = redis.call('XPENDING', KEYS[2], group, pending[1][1], pending[#pending][1], #pending, consumer)
@@ -40,21 +53,40 @@ if #pending > 0 then
   end
   for _, e in ipairs(pending) do
     if e[2] then
-      out[#out + 1] = {e[1], e[2], counts[e[1]] or 2, 0}
-      kept = kept + 1
+      -- reading the pending entry counted one more delivery: it was handed out n - 1 times before
+      local n = counts[e[1]] or 2
+      if entry_expired(e[2], now) then
+        drop(e, n - 1, 'expired')
+      elseif max_deliveries > 0 and n > max_deliveries then
+        drop(e, n - 1, 'max_deliveries')
+      else
+        out[#out + 1] = {e[1], e[2], n, 0}
+      end
     else
       -- deleted by hand while pending: nothing left to deliver, so release it
       redis.call('XACK', KEYS[2], group, e[1])
     end
   end
 end
-if #pending < count then
-  local fresh = read('>', count - #pending)
+-- new entries; expired ones are moved aside and the gap refilled, a bounded number of times
+local exhausted = #pending >= count
+for _ = 1, 8 do
+  if exhausted or #out >= count then
+    break
+  end
+  local fresh = read('>', count - #out)
   if fresh.err then
     return fresh
   end
+  local moved = false
   for _, e in ipairs(fresh) do
-    out[#out + 1] = {e[1], e[2], 1, 1}
+    if entry_expired(e[2], now) then
+      drop(e, 0, 'expired')
+      moved = true
+    else
+      out[#out + 1] = {e[1], e[2], 1, 1}
+    end
   end
+  exhausted = not moved
 end
-return out
+return {out, dropped}

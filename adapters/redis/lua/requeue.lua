@@ -4,11 +4,14 @@
 -- ARGV[4] n = how many envelope ids follow (0 = take the oldest dead letters)
 -- ARGV[5 .. 4+n] envelope ids to requeue   ARGV[5+n ..] fresh nonces, one per envelope to requeue at most
 -- Each dead letter becomes a new inbox entry (new stream id, new nonce, so a new envelope id) with its
--- from, tier, sent_at and body fields, plus requeued_from = its old envelope id; then it is XDELed from
+-- from, tier, sent_at and body fields (not expires_at), plus requeued_from = its old envelope id; then it is XDELed from
 -- the dead-letter stream. The inbox cap is not checked: an operator asked for this. When anything
 -- was requeued the agent id is published on the wake-up channel.
 -- Returns a flat list: old envelope id, new stream id, nonce, ... for every entry requeued.
-local dropped = {envelope_id = true, attempts = true, reason = true, dead_at = true, requeued_from = true}
+-- expires_at goes too: an operator who requeues an expired envelope wants it delivered
+local dropped = {
+  envelope_id = true, attempts = true, reason = true, dead_at = true, requeued_from = true, expires_at = true,
+}
 local group, n = ARGV[1], tonumber(ARGV[4])
 local wanted, nonces = nil, {}
 if n > 0 then
