@@ -113,9 +113,20 @@ class Messenger(Generic[Body]):
     async def register(self, agent: str, address: Address, session: str) -> Registered:
         return await self.relay.register(agent, address, session)
 
-    async def send(self, sender: str, to: str, body: Body, *, session: str | None = None) -> Envelope[Body]:
-        """``Relay.send``: validate and queue ``body``; the same refusals as over MCP."""
-        return await self.relay.send(sender, to, body, session=session)
+    async def send(
+        self,
+        sender: str,
+        to: str,
+        body: Body,
+        *,
+        session: str | None = None,
+        idempotency_key: str | None = None,
+        ttl_ms: int | None = None,
+    ) -> Envelope[Body]:
+        """``Relay.send``: validate and queue ``body``; the same options and refusals as over MCP."""
+        return await self.relay.send(
+            sender, to, body, session=session, idempotency_key=idempotency_key, ttl_ms=ttl_ms
+        )
 
     def receive(
         self,

@@ -26,10 +26,18 @@ from broker.agent_message import (
     MAX_TEXT_BYTES,
     MIN_REFERENCE_CHARS,
 )
-from broker.envelope import Envelope, Tier, format_time
-from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN
-from broker.ports import Registration
-from broker.relay import DEFAULT_FETCH_LIMIT, MAX_ACK_IDS, MAX_FETCH_LIMIT, Registered
+from broker.envelope import Envelope, Tier, format_ms, format_time
+from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN, IDEMPOTENCY_KEY_PATTERN
+from broker.ports import STATES, MessageStatus, Registration
+from broker.relay import (
+    DEFAULT_FETCH_LIMIT,
+    MAX_ACK_IDS,
+    MAX_FETCH_LIMIT,
+    MAX_STATUS_IDS,
+    MAX_TTL_MS,
+    MIN_TTL_MS,
+    Registered,
+)
 
 AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
 ENVELOPE_ID: Final[dict[str, Any]] = {"type": "string", "pattern": ENVELOPE_ID_PATTERN}
@@ -107,6 +115,22 @@ SEND_ARGUMENTS: Final[dict[str, Any]] = {
     "properties": {
         "to": {**AGENT_ID, "description": "The recipient's agent id"},
         "message": MESSAGE_IN,
+        "idempotency_key": {
+            "type": "string",
+            "pattern": IDEMPOTENCY_KEY_PATTERN,
+            "description": "Optional, 1-128 of A-Z a-z 0-9 . _ : -. Sending again with the same key (within "
+            "the dedup window, default 24 h) returns the first send's id and sent_at and stores nothing, "
+            "also when the first attempt timed out; the same key with a different to, message or "
+            "ttl_ms is refused (idempotency_conflict). Use one key per message and retry with it.",
+        },
+        "ttl_ms": {
+            "type": "integer",
+            "minimum": MIN_TTL_MS,
+            "maximum": MAX_TTL_MS,
+            "description": f"Optional: after this many milliseconds ({MIN_TTL_MS} to 30 days, or the relay's "
+            "--max-ttl) the message expires: it is never handed out and moves to the recipient's dead "
+            "letters with reason 'expired'",
+        },
     },
     "required": ["to", "message"],
     "additionalProperties": False,
@@ -153,6 +177,21 @@ LIST_AGENTS_ARGUMENTS: Final[dict[str, Any]] = {
         },
         "after": {**AGENT_ID, "description": "The next page: the `next` of the previous result"},
     },
+    "additionalProperties": False,
+}
+
+STATUS_ARGUMENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "ids": {
+            "type": "array",
+            "items": ENVELOPE_ID,
+            "minItems": 1,
+            "maxItems": MAX_STATUS_IDS,
+            "description": "Envelope ids as SendAgentMessage returned them",
+        }
+    },
+    "required": ["ids"],
     "additionalProperties": False,
 }
 
@@ -289,6 +328,55 @@ ACKNOWLEDGEMENT: Final[dict[str, Any]] = {
     "required": ["acknowledged", "unknown"],
 }
 
+STATUSES: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "statuses": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "state": {
+                        "type": "string",
+                        "enum": list(STATES),
+                        "description": "queued: not yet handed out; delivered: handed out, not "
+                        "acknowledged; acknowledged; dead_lettered (see reason); expired; unknown: not "
+                        "sent by you, or older than the status retention",
+                    },
+                    "to": {"type": "string"},
+                    "deliveries": {"type": "integer", "description": "Hand-outs so far, when known"},
+                    "sent_at": _TIME,
+                    "reason": {
+                        "type": "string",
+                        "description": "Why it was dead-lettered: max_deliveries, expired, or the "
+                        "receive loop's reason",
+                    },
+                },
+                "required": ["id", "state"],
+            },
+        }
+    },
+    "required": ["statuses"],
+}
+
+
+def status_result(statuses: list[MessageStatus]) -> dict[str, Any]:
+    """The ``STATUSES`` result: an unknown envelope is its id and state only."""
+    out: list[dict[str, Any]] = []
+    for status in statuses:
+        item: dict[str, Any] = {"id": status.envelope_id, "state": status.state}
+        if status.to is not None:
+            item["to"] = status.to
+        if status.deliveries is not None:
+            item["deliveries"] = status.deliveries
+        if status.sent_at_ms is not None:
+            item["sent_at"] = format_ms(status.sent_at_ms)
+        if status.reason is not None:
+            item["reason"] = status.reason
+        out.append(item)
+    return {"statuses": out}
+
 
 # -- what the tools publish -----------------------------------------------------------------------
 
@@ -335,3 +423,4 @@ def _type_name(schema: dict[str, Any]) -> str:
 SENT_SHAPE: Final = shape_of(SENT)
 INBOX_SHAPE: Final = shape_of(INBOX)
 ACKNOWLEDGEMENT_SHAPE: Final = shape_of(ACKNOWLEDGEMENT)
+STATUSES_SHAPE: Final = shape_of(STATUSES)

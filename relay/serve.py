@@ -46,6 +46,8 @@ STORE_CHECK_SECONDS = 2.0
 """How often the store is asked whether it answers, to log when it stops and starts answering."""
 FORCED_STOP_SECONDS = 1.0
 """After a second Ctrl-C: how long requests still running may take before the application stops."""
+SWEEP_SECONDS = 30.0
+"""How often each worker moves expired envelopes out of the inboxes (fetch enforces expiry anyway)."""
 
 
 def run(settings: ServeSettings) -> int:
@@ -98,6 +100,9 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             send_rate=settings.send_rate,
             send_burst=settings.burst,
             wait_replicas=settings.wait_replicas,
+            max_deliveries=settings.max_deliveries,
+            idempotency_window_ms=settings.idempotency_window * 1000,
+            status_retention_ms=settings.status_retention * 1000,
         )
     )
     notices = RedisNoticeStore(connection)
@@ -108,6 +113,8 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         metrics=CollectorRegistry(),
         notices=notices,
         remind_after=settings.remind_after,
+        max_ttl_ms=settings.max_ttl * 1000,
+        sweep_every=SWEEP_SECONDS,
     )
     gauges = InboxGauges(connection)
     relay.metrics.registry.register(gauges)

@@ -19,7 +19,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.redis.inspect import running_server_url
 from broker.front import limits
-from broker.relay import DEFAULT_REMIND_AFTER_SECONDS
+from broker.relay import (
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_MAX_DELIVERIES,
+    DEFAULT_REMIND_AFTER_SECONDS,
+    DEFAULT_STATUS_RETENTION_MS,
+    MAX_TTL_MS,
+    MIN_TTL_MS,
+)
 
 ENV_PREFIX = "RELAY_"
 DEFAULT_DATA_DIR = Path(".relay")
@@ -178,6 +185,31 @@ class ServeSettings(StoreSettings):
         ge=0,
         le=7 * 24 * 3600,
         description="seconds before POST /agent/wait announces still-unacknowledged mail again; 0 = never",
+    )
+    max_deliveries: int = Field(
+        DEFAULT_MAX_DELIVERIES,
+        ge=0,
+        le=1_000_000,
+        description="hand-outs of an unacknowledged envelope before a fetch moves it to the agent's dead "
+        "letters (reason max_deliveries); 0 = no limit",
+    )
+    max_ttl: int = Field(
+        MAX_TTL_MS // 1000,
+        ge=MIN_TTL_MS // 1000,
+        le=MAX_TTL_MS // 1000,
+        description="longest ttl_ms a send may name, in seconds",
+    )
+    idempotency_window: int = Field(
+        DEFAULT_IDEMPOTENCY_WINDOW_MS // 1000,
+        ge=1,
+        le=MAX_TTL_MS // 1000,
+        description="seconds a sender's idempotency key is remembered",
+    )
+    status_retention: int = Field(
+        DEFAULT_STATUS_RETENTION_MS // 1000,
+        ge=0,
+        le=MAX_TTL_MS // 1000,
+        description="seconds a sender can ask GetMessageStatus about an envelope; 0 = keep no status",
     )
 
     @property

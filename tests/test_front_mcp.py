@@ -52,6 +52,7 @@ async def test_the_two_agent_walkthrough(front: Front, mode: str) -> None:
             "FetchAgentInbox",
             "AcknowledgeAgentInbox",
             "ListAgents",
+            "GetMessageStatus",
         }
 
         reg = data(await alice.call_tool("RegisterAgentAddress", REGISTER))

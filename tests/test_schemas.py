@@ -52,6 +52,7 @@ async def test_the_listing_publishes_the_schemas_of_broker_schemas(front: Front)
             "FetchAgentInbox",
             "AcknowledgeAgentInbox",
             "ListAgents",
+            "GetMessageStatus",
         }
     )
     for name, tool in local.items():
@@ -77,12 +78,18 @@ async def test_real_results_validate_against_the_output_schemas(front: Front) ->
         first = await call(bob, "SendAgentMessage", {"to": "alice", "message": {"kind": 2, "text": "q"}})
         message = {"kind": "reply", "text": "a", "in_reply_to": first["id"], "reference": "https://x/1"}
         await call(bob, "SendAgentMessage", {"to": "alice", "message": message})
+        options = {"idempotency_key": "k-1", "ttl_ms": 60_000}
+        last = await call(
+            bob, "SendAgentMessage", {"to": "alice", "message": {"kind": 1, "text": "n"}, **options}
+        )
+        await call(bob, "GetMessageStatus", {"ids": [first["id"], last["id"], "env_" + "0" * 26]})
     async with front.client("alice", "a-2") as alice:
         inbox = await call(alice, "FetchAgentInbox", {"limit": 16})
         await call(alice, "FetchAgentInbox", {"limit": 16, "wait_ms": None})
         assert [e["message"] for e in inbox["envelopes"]] == [
             {"kind": 2, "text": "q"},
             {"kind": 3, "text": "a", "in_reply_to": first["id"], "reference": "https://x/1"},
+            {"kind": 1, "text": "n"},
         ]
         await call(alice, "AcknowledgeAgentInbox", {"ids": [e["id"] for e in inbox["envelopes"]]})
         await call(alice, "FetchAgentInbox", {})
@@ -92,7 +99,9 @@ async def test_real_results_validate_against_the_output_schemas(front: Front) ->
         "SendAgentMessage": schemas.SENT,
         "FetchAgentInbox": schemas.INBOX,
         "AcknowledgeAgentInbox": schemas.ACKNOWLEDGEMENT,
+        "GetMessageStatus": schemas.STATUSES,
     }
+    assert [s["state"] for s in seen["GetMessageStatus"][0]["statuses"]] == ["queued", "queued", "unknown"]
     for tool, results in seen.items():
         validator = Draft202012Validator(outputs[tool])
         for result in results:
@@ -123,6 +132,16 @@ REFUSED_BY_SCHEMA: list[tuple[str, dict[str, Any]]] = [
     ("AcknowledgeAgentInbox", {"ids": "env_"}),
     ("AcknowledgeAgentInbox", {"ids": ["nope"]}),
     ("AcknowledgeAgentInbox", {"ids": ["env_" + "0" * 26] * 1025}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x"}, "idempotency_key": ""}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x"}, "idempotency_key": "a{b}"}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x"}, "idempotency_key": 5}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x"}, "ttl_ms": 999}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x"}, "ttl_ms": "1000"}),
+    ("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "x"}, "ttl_ms": 30 * 86_400_000 + 1}),
+    ("GetMessageStatus", {}),
+    ("GetMessageStatus", {"ids": []}),
+    ("GetMessageStatus", {"ids": ["nope"]}),
+    ("GetMessageStatus", {"ids": ["env_" + "0" * 26] * 257}),
 ]
 
 

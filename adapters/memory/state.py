@@ -15,6 +15,7 @@ from broker.envelope import Tier, from_ms, now_ms
 from broker.errors import TooManyWaits
 from broker.ids import encode_envelope_id
 from broker.ports import Appended, Registration
+from broker.relay import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
 
 
 @dataclass(slots=True)
@@ -97,8 +98,8 @@ class MemoryState:
     """Milliseconds since the epoch: expiry is judged by it (as ``RedisInboxStore``'s clock)."""
     max_deliveries: int = 0
     """Hand-outs by fetch before an unacknowledged envelope is dead-lettered; 0 = no limit."""
-    idempotency_window_ms: int = 24 * 3600 * 1000
-    status_retention_ms: int = 7 * 24 * 3600 * 1000
+    idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS
+    status_retention_ms: int = DEFAULT_STATUS_RETENTION_MS
     """0 = keep no status."""
     dead: dict[str, list[DeadLetter]] = field(default_factory=dict)
     """Dead letters per agent, oldest first."""

@@ -35,6 +35,7 @@ from adapters.redis.pipeline import AutoPipeline
 from adapters.redis.routing import HEALTH_CHECK_SECONDS, ClusterRouter, SingleRouter
 from adapters.redis.scripts import Script, ScriptLoader, Scripts
 from adapters.redis.wake import Wakeups
+from broker.relay import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
 
 T = TypeVar("T")
 
@@ -59,9 +60,9 @@ class RedisSettings:
     """Replicas that must hold a send, acknowledgement or registration before it is answered."""
     max_deliveries: int = 0
     """Hand-outs of an unacknowledged envelope before fetch dead-letters it; 0 = no limit."""
-    idempotency_window_ms: int = 24 * 3600 * 1000
+    idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS
     """How long an idempotency key is remembered."""
-    status_retention_ms: int = 7 * 24 * 3600 * 1000
+    status_retention_ms: int = DEFAULT_STATUS_RETENTION_MS
     """How long what a sender sent is kept for its status; 0 = keep no status."""
     max_waits_per_agent: int = 16
     """Long-polls one agent may have parked on this worker at once."""

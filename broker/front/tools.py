@@ -30,7 +30,7 @@ from broker.errors import (
 from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
 from broker.ids import check_agent_id
-from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, Relay
+from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, MAX_STATUS_IDS, Relay
 from broker.text import shown
 from broker.webhooks import IWebhookTargets, is_webhook_endpoint, new_secret
 
@@ -152,7 +152,9 @@ class SendAgentMessage(RelayTool):
     description = (
         "Send a message to another registered agent. kind: 1 note, 2 request, 3 reply (needs "
         "in_reply_to = the envelope id you answer), 4 status. The sender is always you. Refused "
-        "messages list every violated rule and are not stored."
+        "messages list every violated rule and are not stored. Pass an idempotency_key to make a retry "
+        "safe (the same key returns the first result and stores nothing), and ttl_ms to let the message "
+        "expire unread. Follow it with GetMessageStatus."
     )
     input_schema = schemas.SEND_ARGUMENTS
     output_schema = schemas.SENT_SHAPE
@@ -161,7 +163,14 @@ class SendAgentMessage(RelayTool):
         to = arguments["to"]
         try:
             body = self.relay.contract.from_json(arguments["message"])
-            sent = await self.relay.send(who.agent, to, body, session=who.session)
+            sent = await self.relay.send(
+                who.agent,
+                to,
+                body,
+                session=who.session,
+                idempotency_key=arguments.get("idempotency_key"),
+                ttl_ms=arguments.get("ttl_ms"),
+            )
         except RelayError as exc:
             # `to` is unchecked input here: escaped and cut, so it cannot forge or flood log lines
             shown_to = shown(to) if isinstance(to, str) else "?"
@@ -289,6 +298,24 @@ class AcknowledgeAgentInbox(RelayTool):
         return tool_result({"acknowledged": list(done.acknowledged), "unknown": list(done.unknown)})
 
 
+class GetMessageStatus(RelayTool):
+    """What became of envelopes the caller sent; anything else reads ``unknown``."""
+
+    name = "GetMessageStatus"
+    description = (
+        f"What became of messages you sent, by envelope id (1-{MAX_STATUS_IDS} ids): state queued (not yet "
+        "handed out), delivered (handed out, not acknowledged; see deliveries), acknowledged, "
+        "dead_lettered (see reason), expired, or unknown (not sent by you, or older than the status "
+        "retention, 7 days by default)."
+    )
+    input_schema = schemas.STATUS_ARGUMENTS
+    output_schema = schemas.STATUSES_SHAPE
+
+    async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
+        statuses = await self.relay.status(who.agent, arguments["ids"], session=who.session)
+        return tool_result(schemas.status_result(statuses))
+
+
 class ListAgents(RelayTool):
     """The registered agents the caller may write to, by id, a bounded page at a time."""
 
@@ -342,6 +369,7 @@ def relay_tools(relay: Relay[AgentMessage], options: ToolOptions = DEFAULT_TOOLS
         SendAgentMessage(relay),
         FetchAgentInbox(relay),
         AcknowledgeAgentInbox(relay),
+        GetMessageStatus(relay),
     ]
     if options.directory:
         tools.append(ListAgents(relay))
