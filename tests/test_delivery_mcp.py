@@ -139,7 +139,11 @@ async def test_an_envelope_with_a_1s_ttl_is_not_handed_out_after_1_5s_and_reads_
             run_relay("dead-letters", "list", "ttl-b", "--json", "--redis-url", worker.url).stdout
         )
         assert [(x["id"], x["reason"]) for x in letters["dead_letters"]] == [(short["id"], "expired")]
-        assert sample(worker.process.metrics(), "csf_relay_envelopes_expired_total", tier="host") >= 1
+        metrics = worker.process.metrics()
+        assert sample(metrics, "csf_relay_envelopes_expired_total", tier="host") >= 1
+        assert sample(metrics, "csf_relay_inbox_expired", agent="ttl-b") == 1
+        inspected = run_relay("inspect", "ttl-b", "--redis-url", worker.url).stdout
+        assert "1 envelopes expired" in inspected
         bad = error(
             await alice.call_tool(
                 "SendAgentMessage", {"to": "ttl-b", "message": {"kind": 1, "text": "x"}, "ttl_ms": 999}
@@ -156,6 +160,9 @@ async def test_with_max_deliveries_3_the_fourth_fetch_does_not_return_it(worker:
         assert await fetch_ids(bob) == []
         (dead,) = await status(alice, poison["id"])
         assert (dead["state"], dead["reason"], dead["deliveries"]) == ("dead_lettered", "max_deliveries", 3)
+        inspected = json.loads(run_relay("inspect", "poison-b", "--json", "--redis-url", worker.url).stdout)
+        assert (inspected["agents"][0]["poisoned"], inspected["agents"][0]["expired"]) == (1, 0)
+        assert sample(worker.process.metrics(), "csf_relay_inbox_poisoned", agent="poison-b") == 1
         listed = run_relay("dead-letters", "list", "poison-b", "--redis-url", worker.url).stdout
         assert poison["id"] in listed and "reason: max_deliveries" in listed
         requeued = run_relay("dead-letters", "requeue", "poison-b", "--json", "--redis-url", worker.url)

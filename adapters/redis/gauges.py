@@ -172,6 +172,16 @@ class InboxGauges(Collector):
                 "Envelopes in the agent's dead-letter stream (XLEN).",
                 "dead_letters",
             ),
+            (
+                "csf_relay_inbox_expired",
+                "Envelopes of the agent's inbox that expired unacknowledged.",
+                "expired",
+            ),
+            (
+                "csf_relay_inbox_poisoned",
+                "Envelopes of the agent's inbox dead-lettered after --max-deliveries hand-outs.",
+                "poisoned",
+            ),
         )
         for name, text, attribute in per_agent:
             family = GaugeMetricFamily(

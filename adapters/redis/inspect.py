@@ -2,7 +2,8 @@
 
 For each agent one read-only Lua call (``lua/inspect.lua``; every key it touches is in the agent's hash
 slot) returns the registration hash, ``XLEN`` of the inbox, the ``XPENDING`` summary, the id of the
-oldest unacknowledged entry and ``XLEN`` of the dead-letter stream. Calls for many agents are
+oldest unacknowledged entry, ``XLEN`` of the dead-letter stream and how many envelopes expired or hit
+the delivery limit. Calls for many agents are
 auto-pipelined (per node on a cluster). No message text leaves Redis: the oldest entry is found by id
 inside the script. The agents are found by scanning registrations (``adapters/redis/directory.py``).
 
@@ -73,6 +74,10 @@ class AgentInspection:
     dead_letters: int
     last_seen_ms: int | None = None
     """The agent's last registration, fetch or acknowledgement (ms of Redis ``TIME``)."""
+    expired: int = 0
+    """Envelopes of this inbox that expired unacknowledged (moved to the dead letters), ever."""
+    poisoned: int = 0
+    """Envelopes of this inbox dead-lettered at fetch after ``--max-deliveries`` hand-outs, ever."""
 
     @property
     def not_yet_fetched(self) -> int:
@@ -101,6 +106,8 @@ class AgentInspection:
             "oldest_unacked_seconds": self.oldest_unacked_seconds,
             "dead_letters": self.dead_letters,
             "last_seen": None if self.last_seen_ms is None else format_ms(self.last_seen_ms),
+            "expired": self.expired,
+            "poisoned": self.poisoned,
         }
 
 
@@ -135,7 +142,7 @@ class Inspector:
                 *(
                     self.connection.script(
                         script,
-                        [keys.registration(a), keys.inbox(a), keys.dead_letters(a)],
+                        [keys.registration(a), keys.inbox(a), keys.dead_letters(a), keys.delivery_counts(a)],
                         [GROUP],
                         idempotent=True,
                     )
@@ -147,9 +154,9 @@ class Inspector:
 
 
 def _inspection(agent: str, reply: object, now_ms: int) -> AgentInspection:
-    if not isinstance(reply, list) or len(reply) != 5:
+    if not isinstance(reply, list) or len(reply) != 6:
         raise ValueError(f"unexpected inspect reply for {agent!r}: {reply!r}")
-    flat, depth, pending, oldest, dead = reply
+    flat, depth, pending, oldest, dead, (expired, poisoned) = reply
     pairs = [str(x) for x in flat] if isinstance(flat, list) else []
     row = dict(zip(pairs[::2], pairs[1::2], strict=True))
     registered_at = row.get("registered_at")
@@ -177,6 +184,8 @@ def _inspection(agent: str, reply: object, now_ms: int) -> AgentInspection:
         oldest_unacked_seconds=oldest_age,
         dead_letters=int(str(dead)),
         last_seen_ms=int(row["seen_at"]) if row.get("seen_at", "").isdigit() else None,
+        expired=int(str(expired)),
+        poisoned=int(str(poisoned)),
     )
 
 

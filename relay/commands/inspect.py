@@ -130,6 +130,8 @@ def _table(a: AgentInspection, now_ms: int) -> str:
         ),
         ("dead letters", str(a.dead_letters)),
         ("last seen", moment(a.last_seen_ms, now_ms)),
+        ("expired", f"{a.expired} envelopes expired unacknowledged (ever)"),
+        ("poisoned", f"{a.poisoned} envelopes dead-lettered after --max-deliveries hand-outs (ever)"),
     ]
     width = max(len(label) for label, _ in rows)
     # values come from Redis, where anyone with access may have written anything: escaped
