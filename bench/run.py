@@ -251,7 +251,8 @@ async def core_bench(
                 uid = f"{k}.{counters['seq']:x}"
                 sent_at[uid] = time.perf_counter()
                 body = AgentMessage(kind=Kind.KIND_NOTE, text=text_for(uid))
-                await relay.send(sender, recipient, body, session=f"sess-{sender}")
+                # every send names an idempotency key, and status keeping is on (the default)
+                await relay.send(sender, recipient, body, session=f"sess-{sender}", idempotency_key=uid)
                 counters["sent"] += 1
             got = await relay.fetch(recipient, BATCH if batched else 1, session=f"sess-{recipient}")
             done = await relay.ack(recipient, [e.id for e in got], session=f"sess-{recipient}")

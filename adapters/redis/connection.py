@@ -248,6 +248,11 @@ class RedisConnection:
     def cluster(self) -> bool:
         return self._stack is not None and self._stack.cluster
 
+    @property
+    def single_node(self) -> bool:
+        """True once the first call found one Redis (not a cluster): scripts may span slots then."""
+        return self._stack is not None and not self._stack.cluster
+
     async def ping(self) -> bool:
         """Ready: every master answers and, on a cluster, every slot is served (``cluster_state:ok``)."""
         try:

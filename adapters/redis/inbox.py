@@ -78,77 +78,88 @@ class RedisInboxStore:
         sender_session: str | None = None,
         options: SendOptions = _NO_OPTIONS,
     ) -> Appended:
-        connection, keys, scripts = self.connection, self.keys, self.connection.scripts
+        connection, keys = self.connection, self.keys
         settings = connection.settings
-        rate_key = keys.rate(sender)
         nonce = new_nonce()
         day = sent_at_ms // DAY_MS
-        index = keys.sent_index(sender, day)
         key, request = options.idempotency_key, options.request_hash or ""
-        check_keys = [keys.registration(sender), rate_key, index]
+        check_keys = [keys.registration(sender), keys.rate(sender), keys.sent_index(sender, day)]
+        append_keys = [keys.registration(to), keys.inbox(to)]
         if key is not None:
             check_keys.append(keys.idempotency_claim(sender, key))
+            append_keys.append(keys.idempotency_record(to, sender, key))
         retention = settings.status_retention_ms
         index_until = (day + 1) * DAY_MS + retention + SKEW_MS if retention > 0 else 0
         window = settings.idempotency_window_ms
+        check_args: list[str | int] = [
+            sender_session or "",
+            repr(float(settings.send_rate)),
+            settings.send_burst,
+        ]
+        check_args += (request, window, nonce, f"{to} {sent_at_ms}", index_until)
+        expires = str(options.expires_at_ms) if options.expires_at_ms is not None else ""
+        append_args: list[str | int] = [sender, "", format_ms(sent_at_ms), nonce, settings.inbox_cap, GROUP]
+        append_args += (keys.wake_channel(), to, expires, request, window, sent_at_ms)
+        for name, value in fields.items():
+            append_args += (name, value)
         try:
-            tier, repeated = await connection.script(
-                scripts.send_check,
-                check_keys,
-                [
-                    sender_session or "",
-                    repr(float(settings.send_rate)),
-                    settings.send_burst,
-                    request,
-                    window,
-                    nonce,
-                    f"{to} {sent_at_ms}",
-                    index_until,
-                ],
-                idempotent=False,
-            )
+            if connection.single_node:
+                # one Redis: both steps in one script call built from the same sources, one round trip
+                reply = await connection.script(
+                    connection.scripts.send,
+                    check_keys + append_keys,
+                    [len(check_keys), len(check_args), *check_args, *append_args],
+                    idempotent=False,
+                    durable=True,
+                )
+            else:
+                reply = await self._two_steps(check_keys, check_args, append_keys, append_args)
         except ResponseError as exc:
             raise _refusal(exc, sender, sender_session, to, key) from exc
-        append_keys = [keys.registration(to), keys.inbox(to)]
-        if key is not None:
-            append_keys.append(keys.idempotency_record(to, sender, key))
-        route = (keys.wake_channel(), to)
-        expires = str(options.expires_at_ms) if options.expires_at_ms is not None else ""
-        args: list[str | int] = [sender, tier, format_ms(sent_at_ms), nonce, settings.inbox_cap, GROUP]
-        args += (*route, expires, request, window, sent_at_ms)
-        for name, value in fields.items():
-            args += (name, value)
-        try:
-            stream_id, tier, nonce, sent_ms, landed_before = await connection.script(
-                scripts.send_append,
-                append_keys,
-                args,
-                idempotent=False,
-                durable=True,
-            )
-        except ResponseError as exc:
-            refusal = _refusal(exc, sender, sender_session, to, key)
-            with contextlib.suppress(RelayError):  # not undone: one token less, never one more
-                refund_keys = [rate_key, index, *check_keys[3:]]
-                burst = settings.send_burst if settings.send_rate > 0 and not int(repeated) else 0
-                await connection.script(
-                    scripts.send_refund,
-                    refund_keys,
-                    [burst, nonce, 1 if key is not None else 0],
-                    idempotent=False,
-                )
-            raise refusal from exc
-        if int(repeated) and not int(landed_before) and index_until:
-            # the first attempt claimed the key but never landed: this one did, so note it for status
-            await connection.script(
-                scripts.send_note, [index], [nonce, f"{to} {sent_at_ms}", index_until], idempotent=True
-            )
+        stream_id, tier, landed_nonce, sent_ms, landed_before = reply
         return Appended(
-            envelope_id(str(stream_id), str(nonce)),
+            envelope_id(str(stream_id), str(landed_nonce)),
             tier_of(str(tier)),
             int(sent_ms),
             bool(int(landed_before)),
         )
+
+    async def _two_steps(
+        self,
+        check_keys: list[str],
+        check_args: list[str | int],
+        append_keys: list[str],
+        append_args: list[str | int],
+    ) -> list[object]:
+        """A send on a cluster: step 1 on the sender's slot, step 2 on the recipient's, and the undo
+        (or the status note) on the sender's slot again (see docs/redis-layout.md)."""
+        connection, scripts, settings = self.connection, self.connection.scripts, self.connection.settings
+        tier, repeated = await connection.script(scripts.send_check, check_keys, check_args, idempotent=False)
+        append_args[1] = tier
+        try:
+            reply: list[object] = await connection.script(
+                scripts.send_append, append_keys, append_args, idempotent=False, durable=True
+            )
+        except ResponseError:
+            with contextlib.suppress(RelayError):  # not undone: one token less, never one more
+                burst = settings.send_burst if settings.send_rate > 0 and not int(repeated) else 0
+                claimed = len(check_keys) > 3
+                await connection.script(
+                    scripts.send_refund,
+                    [check_keys[1], check_keys[2], *check_keys[3:]],
+                    [burst, check_args[5], 1 if claimed else 0],
+                    idempotent=False,
+                )
+            raise
+        if int(repeated) and not int(str(reply[4])) and check_args[7]:
+            # the first attempt claimed the key but never landed: this one did, so note it for status
+            await connection.script(
+                scripts.send_note,
+                [check_keys[2]],
+                [str(reply[2]), check_args[6], check_args[7]],
+                idempotent=True,
+            )
+        return reply
 
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None

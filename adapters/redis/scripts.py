@@ -39,6 +39,24 @@ def read_script(name: str) -> str:
     return "".join((root / f"{part}.lua").read_text(encoding="utf-8") for part in parts)
 
 
+_COMPOSED = {"send": ("send_check", "send_append", "send_refund", "send_note")}
+"""Scripts made of other scripts: each part becomes a local function ``name(KEYS, ARGV)`` before the
+script's own body (``lua/send.lua``: a whole send in one call on a single Redis)."""
+
+
+def _source(name: str) -> str:
+    parts = _COMPOSED.get(name)
+    if parts is None:
+        return read_script(name)
+    root = files("adapters.redis") / "lua"
+    functions = [
+        f"local function {part}(KEYS, ARGV)\n{(root / f'{part}.lua').read_text(encoding='utf-8')}end\n"
+        for part in parts
+    ]
+    entry = (root / "_entry.lua").read_text(encoding="utf-8")
+    return entry + "".join(functions) + (root / f"{name}.lua").read_text(encoding="utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class Script:
     name: str
@@ -47,7 +65,7 @@ class Script:
 
     @classmethod
     def named(cls, name: str) -> Script:
-        source = read_script(name)
+        source = _source(name)
         return cls(name, source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
 
 
@@ -108,6 +126,7 @@ class Scripts:
         self.send_append = Script.named("send_append")
         self.send_refund = Script.named("send_refund")
         self.send_note = Script.named("send_note")
+        self.send = Script.named("send")
         self.fetch = Script.named("fetch")
         self.sweep = Script.named("sweep")
         self.status_index = Script.named("status_index")
