@@ -37,9 +37,11 @@ def register(subparsers: Subparsers) -> None:
     """Add ``dead-letters list AGENT`` and ``dead-letters requeue AGENT [IDS...]``."""
     group = subparsers.add_parser(
         "dead-letters",
-        help="list or requeue an in-process agent's dead letters",
-        description="Envelopes that failed delivery to an in-process agent too often are kept in its "
-        "dead-letter list. List them, or move them back into the agent's inbox.",
+        help="list or requeue an agent's dead letters",
+        description="Envelopes that failed delivery too often (a receive loop's max attempts, or "
+        "relay serve --max-deliveries hand-outs without an acknowledgement) or expired unacknowledged "
+        "are kept in the agent's dead-letter list, with the reason. List them, or move them back into "
+        "the agent's inbox.",
     )
     actions = group.add_subparsers(dest="dead_letters_action", metavar="ACTION", required=True)
 
