@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
+from adapters.memory.state import PRUNE_EVERY, MemoryEntry, MemoryInbox, MemoryState
 from broker.envelope import Tier, now_ms, widest
 from broker.errors import (
     IdempotencyConflict,
@@ -107,6 +107,9 @@ class MemoryInboxStore:
             state.claims[claim] = (options.request_hash, until, appended)
         if state.status_retention_ms > 0:
             state.sent.setdefault(sender, {})[entry.nonce] = (to, sent_at_ms)
+        state.appends += 1
+        if state.appends % PRUNE_EVERY == 0:
+            state.prune()
         self.state.appended(to, entry)
         await inbox.wake()
         return appended

@@ -51,6 +51,9 @@ class MemoryInbox:
                 self.arrived.notify_all()
 
 
+PRUNE_EVERY = 4096
+
+
 @dataclass(slots=True)
 class MemoryState:
     registrations: dict[str, Registration] = field(default_factory=dict)
@@ -111,6 +114,22 @@ class MemoryState:
     """Recipient -> nonce -> (attempts, reason) of envelopes moved to its dead letters."""
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     """Agent -> reason -> envelopes of its inbox dead-lettered at fetch (expired, max_deliveries)."""
+
+    appends: int = 0
+    """Sends so far; every ``PRUNE_EVERY`` of them, expired claims and status are dropped."""
+
+    def prune(self) -> None:
+        """Forget idempotency claims past their window and status older than the retention (Redis
+        expires its keys; here they would otherwise grow with every send)."""
+        now = self.clock()
+        self.claims = {k: v for k, v in self.claims.items() if v[1] > now}
+        oldest = now - self.status_retention_ms
+        for sender, noted in list(self.sent.items()):
+            kept = {nonce: v for nonce, v in noted.items() if v[1] >= oldest}
+            if kept:
+                self.sent[sender] = kept
+            else:
+                del self.sent[sender]
 
     def bury(
         self, agent: str, entry: MemoryEntry, attempts: int, reason: str, requeued_from: str | None = None
