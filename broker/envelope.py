@@ -44,7 +44,7 @@ class Envelope(Generic[Body]):
     """One message in flight. ``sent_at`` is UTC with millisecond precision.
 
     ``deliveries`` counts how many times the envelope was handed out (1 on first fetch); it is 0 on the
-    envelope returned by ``send``.
+    envelope returned by ``send``. ``expires_at`` is set when it was sent with a ttl.
     """
 
     id: str
@@ -54,6 +54,7 @@ class Envelope(Generic[Body]):
     message: Body
     sent_at: datetime
     deliveries: int = 0
+    expires_at: datetime | None = None
 
 
 def now_ms() -> int:

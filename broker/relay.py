@@ -325,6 +325,7 @@ class Relay(Generic[Body]):
                     message=self.contract.from_fields(entry.fields),
                     sent_at=from_ms(entry.sent_at_ms),
                     deliveries=entry.deliveries,
+                    expires_at=from_ms(entry.expires_at_ms) if entry.expires_at_ms is not None else None,
                 )
             )
             if entry.first_delivery:

@@ -307,6 +307,10 @@ INBOX: Final[dict[str, Any]] = {
                     "message": MESSAGE_OUT,
                     "sent_at": _TIME,
                     "deliveries": {"type": "integer", "description": "1 on the first hand-out"},
+                    "expires_at": {
+                        **_TIME,
+                        "description": "When it expires unacknowledged (sent with ttl_ms)",
+                    },
                 },
                 "required": ["id", "from", "tier", "message", "sent_at", "deliveries"],
             },

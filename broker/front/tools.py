@@ -260,7 +260,7 @@ class FetchAgentInbox(RelayTool):
     def inbox_envelope(self, envelope: Envelope[AgentMessage]) -> dict[str, Any]:
         """One envelope of ``schemas.INBOX``; ``to_json`` gives ``kind``, ``text`` and only the
         optional fields that are set."""
-        return {
+        item = {
             "id": envelope.id,
             "from": envelope.sender,
             "tier": envelope.tier.label,
@@ -268,6 +268,9 @@ class FetchAgentInbox(RelayTool):
             "sent_at": format_time(envelope.sent_at),
             "deliveries": envelope.deliveries,
         }
+        if envelope.expires_at is not None:
+            item["expires_at"] = format_time(envelope.expires_at)
+        return item
 
 
 class AcknowledgeAgentInbox(RelayTool):

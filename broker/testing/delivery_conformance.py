@@ -8,6 +8,7 @@ sleeps: the store judges expiry and status retention by that clock.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TypeVar
 
 import pytest
@@ -68,6 +69,16 @@ class DeliveryConformance(ConformanceBase[Body]):
             assert [e.id for e in await relay.fetch("bob", 16)] == [first.id]
             assert await relay.fetch("carol", 16) == []
 
+    async def test_concurrent_repeats_store_one_envelope(self) -> None:
+        async with self.make_relays(2) as relays:
+            await self._agents(relays[0], "alice", "bob")
+            sends = (
+                relays[i % 2].send("alice", "bob", self.body(1), idempotency_key="burst") for i in range(12)
+            )
+            results = await asyncio.gather(*sends)
+            assert len({(r.id, r.sent_at) for r in results}) == 1
+            assert [e.id for e in await relays[0].fetch("bob", 16)] == [results[0].id]
+
     async def test_idempotency_keys_are_per_sender(self) -> None:
         async with self.make_relays(1) as (relay,):
             await self._agents(relay, "alice", "bob", "carol")
@@ -113,7 +124,11 @@ class DeliveryConformance(ConformanceBase[Body]):
             long = await relay.send("alice", "bob", self.body(2), ttl_ms=60_000)
             plain = await relay.send("alice", "bob", self.body(3))
             clock.advance(999)
-            assert [e.id for e in await relay.fetch("bob", 16)] == [short.id, long.id, plain.id]
+            got = await relay.fetch("bob", 16)
+            assert [e.id for e in got] == [short.id, long.id, plain.id]
+            expires = [e.expires_at and round(e.expires_at.timestamp() * 1000) for e in got]
+            sent = [round(e.sent_at.timestamp() * 1000) for e in (short, long)]
+            assert expires == [sent[0] + 1000, sent[1] + 60_000, None]
             clock.advance(501)
             assert [e.id for e in await relay.fetch("bob", 16)] == [long.id, plain.id]
             (status,) = await relay.status("alice", [short.id])
@@ -164,7 +179,7 @@ class DeliveryConformance(ConformanceBase[Body]):
                 assert (status.envelope_id, status.to, status.sent_at_ms) == (
                     sent.id,
                     "bob",
-                    int(sent.sent_at.timestamp() * 1000),
+                    round(sent.sent_at.timestamp() * 1000),
                 )
                 return status.state, status.deliveries
 
