@@ -31,7 +31,10 @@ def worker(tmp_path: Path) -> Iterator[tuple[ServeProcess, Path]]:
     server = EmbeddedRedis()
     server.start()
     key = key_file(tmp_path)
-    process = ServeProcess(["--redis-url", server.url, "--agent-mcp-key-file", str(key)], tmp_path / "w.log")
+    # 16 parked polls of one agent each hand out the same envelope: no poison limit here, that is
+    # tests/test_delivery_mcp.py's subject
+    args = ["--redis-url", server.url, "--agent-mcp-key-file", str(key), "--max-deliveries", "0"]
+    process = ServeProcess(args, tmp_path / "w.log")
     try:
         process.start()
         yield process, key
