@@ -449,6 +449,8 @@ class Relay(Generic[Body]):
                 await self.sweep()
             except RelayError as exc:
                 log.warning("sweep of expired envelopes failed, trying again later: %s", exc)
+            except Exception:  # the sweeper must outlive a bug: fetch enforces expiry anyway
+                log.exception("sweep of expired envelopes failed unexpectedly, trying again later")
 
     # -- internals -------------------------------------------------------------------------------
 
