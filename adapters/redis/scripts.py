@@ -29,6 +29,7 @@ _PRELUDES = {
     "status": ("_entry",),
     "status_index": ("_session",),
     "sweep": ("_entry",),
+    "send": ("_entry", "_session"),
 }
 
 
@@ -53,8 +54,8 @@ def _source(name: str) -> str:
         f"local function {part}(KEYS, ARGV)\n{(root / f'{part}.lua').read_text(encoding='utf-8')}end\n"
         for part in parts
     ]
-    entry = (root / "_entry.lua").read_text(encoding="utf-8")
-    return entry + "".join(functions) + (root / f"{name}.lua").read_text(encoding="utf-8")
+    preludes = "".join((root / f"{part}.lua").read_text(encoding="utf-8") for part in _PRELUDES[name])
+    return preludes + "".join(functions) + (root / f"{name}.lua").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)
