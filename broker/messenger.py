@@ -391,8 +391,8 @@ class Receiving(Generic[Body]):
                 if not task.done():
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
-                        # a claim cut short may leave entries with this consumer: the visibility
-                        # timeout hands them to another loop
+                        # a claim cut short while its store call was on its way may still take
+                        # entries: the store hands them back when the call answers
                         await task
             if task.cancelled():
                 return None

@@ -9,8 +9,11 @@ docs/delivery.md. Dead letters live in ``keys.dead_letters(agent)``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
@@ -26,6 +29,8 @@ from broker.errors import UnregisteredAgent
 from broker.ids import is_envelope_id, new_nonce
 from broker.ports import AckOutcome, StoredEnvelope
 
+log = logging.getLogger("relay.delivery")
+
 _MAX_REQUEUE = 1000
 """Dead letters one requeue script call moves; ``requeue`` of all repeats calls until none is left."""
 
@@ -37,6 +42,7 @@ class RedisDeliveryQueue:
         self.scripts = connection.scripts
         # acknowledging is the inbox store's own script (nonce check, XACK + XDEL)
         self._inbox = RedisInboxStore(connection)
+        self._handing_back: set[asyncio.Future[list[int]]] = set()
 
     async def open(self) -> None:
         await self.connection.open()
@@ -67,20 +73,42 @@ class RedisDeliveryQueue:
 
     async def _claim(self, agent: str, consumer: str, limit: int, visibility: float) -> list[StoredEnvelope]:
         keys = self.keys
-        try:
-            # not idempotent: a lost reply would leave claimed entries with this consumer; they come
-            # back after the visibility timeout, but a blind retry would skip them until then
-            reply = await self.connection.script(
+        # not idempotent: a lost reply would leave claimed entries with this consumer; they come
+        # back after the visibility timeout, but a blind retry would skip them until then
+        call = asyncio.ensure_future(
+            self.connection.script(
                 self.scripts.claim,
                 [keys.registration(agent), keys.inbox(agent)],
                 [GROUP, consumer, limit, max(1, int(visibility * 1000))],
                 idempotent=False,
             )
+        )
+        try:
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # the caller stopped (a receive loop ending) while the script was on its way: it still runs
+            # and may claim envelopes nobody will handle, so they are handed back as soon as it answers
+            call.add_done_callback(lambda done: self._hand_back(agent, consumer, done))
+            raise
         except ResponseError as exc:
             if str(exc).startswith("RELAY_UNREGISTERED"):
                 raise UnregisteredAgent(agent) from exc
             raise store_error(exc) from exc
         return rows(agent, reply)
+
+    def _hand_back(self, agent: str, consumer: str, done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        claimed = [row.envelope_id for row in rows(agent, done.result())]
+        if claimed:
+            task = asyncio.ensure_future(self._reclaim(agent, consumer, "release", claimed))
+            self._handing_back.add(task)
+            task.add_done_callback(self._handed_back)
+
+    def _handed_back(self, task: asyncio.Future[list[int]]) -> None:
+        self._handing_back.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not hand back envelopes of a stopped claim: %s", task.exception())
 
     async def _reclaim(self, agent: str, consumer: str, mode: str, ids: Sequence[str]) -> list[int]:
         valid = [i for i in ids if is_envelope_id(i)]
