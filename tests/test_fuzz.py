@@ -28,7 +28,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.ids import AGENT_ID_PATTERN
+from broker.ids import AGENT_ID_PATTERN, IDEMPOTENCY_KEY_PATTERN
 from relay.logs import TextFormatter
 from tests.processes import REGISTER
 from tests.rpc_support import (
@@ -81,14 +81,18 @@ def stored_envelopes(store: redis.Redis, prefix: str) -> int:
 def assert_layout(store: redis.Redis, prefix: str, agents: set[str]) -> None:
     """Every key under ``prefix`` is one of the documented ones, for an agent the test authenticated."""
     agent = AGENT_ID_PATTERN.removeprefix("^").removesuffix("$")
-    pattern = re.compile(rf"{re.escape(prefix)}:(?:(agent|inbox|dead|rate|notice):\{{({agent})\}}|agents)")
+    idem = IDEMPOTENCY_KEY_PATTERN.removeprefix("^").removesuffix("$")
+    tagged = rf"(?:agent|inbox|dead|rate|notice|outcome|counts):\{{({agent})\}}"
+    sending = rf"sent:\{{({agent})\}}:\d+|claim:\{{({agent})\}}:{idem}|idem:\{{({agent})\}}:{agent}:{idem}"
+    pattern = re.compile(rf"{re.escape(prefix)}:(?:{tagged}|{sending}|agents)")
     keys = list(store.scan_iter(f"{prefix}:*", count=1000))
     assert keys, "the run created no keys at all"
     for key in keys:
         match = pattern.fullmatch(key)
         assert match is not None, f"undocumented key {key!r}"
-        if match.group(2) is not None:
-            assert match.group(2) in agents, f"key {key!r} names an agent nobody authenticated as"
+        named = next((group for group in match.groups() if group is not None), None)
+        if named is not None:
+            assert named in agents, f"key {key!r} names an agent nobody authenticated as"
     assert set(store.smembers(f"{prefix}:agents")) <= agents
 
 
