@@ -71,11 +71,13 @@ class Located:
 
 def state_of(found: Located) -> str:
     """``queued`` (in the inbox, never handed out), ``delivered`` (handed out, not acknowledged),
-    ``dead_lettered``, or ``not_found`` (acknowledged, since that deletes it, or never stored)."""
+    ``expired`` (moved to the dead letters by its ``ttl_ms``), ``dead_lettered`` (for another reason),
+    or ``not_found`` (acknowledged, since that deletes it, or never stored); the names are
+    ``GetMessageStatus``'s (``broker.ports.STATES``)."""
     if found.where == "inbox":
         return "delivered" if found.deliveries > 0 else "queued"
     if found.where == "dead":
-        return "dead_lettered"
+        return "expired" if found.reason == "expired" else "dead_lettered"
     return "not_found"
 
 
