@@ -73,6 +73,8 @@ async def test_typescript_sdk_client_runs_the_two_agent_walkthrough(node_sdk: Pa
         assert bob[0]["names"] == [
             "AcknowledgeAgentInbox",
             "FetchAgentInbox",
+            "GetMessageStatus",
+            "ListAgents",
             "RegisterAgentAddress",
             "SendAgentMessage",
         ]
