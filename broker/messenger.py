@@ -35,8 +35,9 @@ from broker.delivery import CONSUMER_SEPARATOR, DeadLetter, DeliverySettings, ID
 from broker.envelope import Envelope, Tier, from_ms
 from broker.errors import BackendUnavailable, ContractViolation, RelayNotRunning
 from broker.ids import check_agent_id
+from broker.limits import DEFAULT_FETCH_LIMIT, check_fetch_limit
 from broker.ports import StoredEnvelope
-from broker.relay import DEFAULT_FETCH_LIMIT, Registered, Relay, check_fetch_limit
+from broker.relay import Registered, Relay
 
 __all__ = ["Delivery", "FailOutcome", "Handler", "Messenger", "Receiving"]
 

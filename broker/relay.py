@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Generic, Self, TypeVar
@@ -21,7 +20,22 @@ from broker.addresses import Address
 from broker.contract import RESERVED_FIELDS, Contract
 from broker.envelope import Envelope, Tier, from_ms, now_ms
 from broker.errors import InvalidArgument, RelayError, RelayNotRunning
-from broker.ids import check_agent_id, check_idempotency_key, check_session_id, is_envelope_id
+from broker.ids import check_agent_id, check_idempotency_key, check_session_id
+from broker.limits import (
+    DEFAULT_FETCH_LIMIT,
+    DEFAULT_REMIND_AFTER_SECONDS,
+    MAX_ACK_IDS,
+    MAX_NOTICE_WAIT_SECONDS,
+    MAX_STATUS_IDS,
+    MAX_TTL_MS,
+    MAX_WAIT_SECONDS,
+    NOTICE_LISTED,
+    SWEEP_BATCH,
+    check_envelope_ids,
+    check_fetch_limit,
+    check_ttl,
+    request_hash,
+)
 from broker.metrics import RelayMetrics
 from broker.ports import (
     IInboxStore,
@@ -36,43 +50,7 @@ from broker.ports import (
 Body = TypeVar("Body")
 _T = TypeVar("_T")
 
-MAX_FETCH_LIMIT = 256
-"""Envelopes one fetch returns at most."""
-DEFAULT_FETCH_LIMIT = 16
-"""Envelopes one fetch returns at most when the caller names no limit."""
-MAX_ACK_IDS = 1024
-"""Envelope ids one acknowledgement takes at most."""
-MAX_WAIT_SECONDS = 25.0
-"""The longest a blocking fetch waits unless a relay is built with another ``max_wait``."""
-MAX_NOTICE_WAIT_SECONDS = 300.0
-"""The longest a mail-pending wait (``wait_for_mail``) parks."""
-DEFAULT_REMIND_AFTER_SECONDS = 3600.0
-"""Unacknowledged mail is announced again at most this often unless a relay is built otherwise."""
-NOTICE_LISTED = 5
-"""Envelopes a notice lists at most (its ``count`` says how many it announces)."""
-MIN_TTL_MS = 1000
-"""The shortest ``ttl_ms`` of a send."""
-MAX_TTL_MS = 30 * 24 * 3600 * 1000
-"""The longest ``ttl_ms`` of a send unless a relay is built with another ``max_ttl_ms``."""
-DEFAULT_MAX_DELIVERIES = 10
-"""Hand-outs of an unacknowledged envelope before fetch dead-letters it (``relay serve``'s default)."""
-DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
-"""How long a sender's idempotency key is remembered."""
-DEFAULT_STATUS_RETENTION_MS = 7 * 24 * 3600 * 1000
-"""How long a sender can learn what became of an envelope."""
-MAX_STATUS_IDS = 256
-"""Envelope ids one status request takes at most."""
-SWEEP_BATCH = 256
-"""The oldest envelopes of each inbox one background sweep looks at."""
-
 log = logging.getLogger("relay.core")
-
-
-def check_fetch_limit(limit: object) -> int:
-    """``limit`` if it is a whole number from 1 to ``MAX_FETCH_LIMIT``, else ``InvalidArgument``."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FETCH_LIMIT:
-        raise InvalidArgument("limit", "limit.range", f"must be an integer from 1 to {MAX_FETCH_LIMIT}")
-    return limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +230,7 @@ class Relay(Generic[Body]):
         if session is not None:
             check_session_id(session)
         if ttl_ms is not None:
-            self._check_ttl(ttl_ms)
+            check_ttl(ttl_ms, self.max_ttl_ms)
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
         self._validate(body)
@@ -344,18 +322,7 @@ class Relay(Generic[Body]):
         check_agent_id(agent)
         if session is not None:
             check_session_id(session)
-        if isinstance(ids, str) or not isinstance(ids, Sequence):
-            raise InvalidArgument("ids", "ids.type", "must be a list of envelope ids")
-        if len(ids) > MAX_ACK_IDS:
-            raise InvalidArgument("ids", "ids.max_items", f"at most {MAX_ACK_IDS} ids per call")
-        for i, envelope_id in enumerate(ids):
-            if not is_envelope_id(envelope_id):
-                raise InvalidArgument(
-                    f"ids[{i}]",
-                    "envelope_id.pattern",
-                    f"{envelope_id!r:.80} is not an envelope id (env_ followed by 26 base32 characters); "
-                    "pass ids exactly as fetch returned them",
-                )
+        check_envelope_ids(ids, MAX_ACK_IDS, returned_by="fetch")
         unique = list(dict.fromkeys(ids))
         try:  # = self._guard(...), inlined on the hot path
             outcome = await self._inbox.ack(agent, unique, session=session)
@@ -417,18 +384,7 @@ class Relay(Generic[Body]):
         check_agent_id(sender)
         if session is not None:
             check_session_id(session)
-        if isinstance(ids, str) or not isinstance(ids, Sequence):
-            raise InvalidArgument("ids", "ids.type", "must be a list of envelope ids")
-        if not 1 <= len(ids) <= MAX_STATUS_IDS:
-            raise InvalidArgument("ids", "ids.size", f"must hold 1 to {MAX_STATUS_IDS} envelope ids")
-        for i, envelope_id in enumerate(ids):
-            if not is_envelope_id(envelope_id):
-                raise InvalidArgument(
-                    f"ids[{i}]",
-                    "envelope_id.pattern",
-                    f"{envelope_id!r:.80} is not an envelope id (env_ followed by 26 base32 characters); "
-                    "pass ids exactly as SendAgentMessage returned them",
-                )
+        check_envelope_ids(ids, MAX_STATUS_IDS, least=1, returned_by="SendAgentMessage")
         return await self._guard(self._inbox.status(sender, list(ids), session=session))
 
     async def sweep(self, limit: int = SWEEP_BATCH) -> int:
@@ -454,18 +410,6 @@ class Relay(Generic[Body]):
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _check_ttl(self, ttl_ms: object) -> None:
-        if (
-            isinstance(ttl_ms, bool)
-            or not isinstance(ttl_ms, int)
-            or not MIN_TTL_MS <= ttl_ms <= self.max_ttl_ms
-        ):
-            raise InvalidArgument(
-                "ttl_ms",
-                "ttl_ms.range",
-                f"must be a whole number of milliseconds from {MIN_TTL_MS} to {self.max_ttl_ms}",
-            )
-
     def _check_running(self) -> None:
         if not self._running:
             raise RelayNotRunning("the relay is not running; start it first")
@@ -486,12 +430,3 @@ class Relay(Generic[Body]):
 
 
 _NO_OPTIONS: Final = SendOptions()
-
-
-def request_hash(to: str, fields: Mapping[str, str], ttl_ms: int | None) -> str:
-    """What makes two sends with one idempotency key the same request: recipient, body fields, ttl."""
-    digest = hashlib.blake2b(digest_size=12)
-    for part in (to, str(ttl_ms), *sorted(f"{k}={v}" for k, v in fields.items())):
-        data = part.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(4, "big") + data)
-    return digest.hexdigest()

@@ -28,16 +28,16 @@ from broker.agent_message import (
 )
 from broker.envelope import Envelope, Tier, format_ms, format_time
 from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN, IDEMPOTENCY_KEY_PATTERN
-from broker.ports import STATES, MessageStatus, Registration
-from broker.relay import (
+from broker.limits import (
     DEFAULT_FETCH_LIMIT,
     MAX_ACK_IDS,
     MAX_FETCH_LIMIT,
     MAX_STATUS_IDS,
     MAX_TTL_MS,
     MIN_TTL_MS,
-    Registered,
 )
+from broker.ports import STATES, MessageStatus, Registration
+from broker.relay import Registered
 
 AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
 ENVELOPE_ID: Final[dict[str, Any]] = {"type": "string", "pattern": ENVELOPE_ID_PATTERN}

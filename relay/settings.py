@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.redis.inspect import running_server_url
 from broker.front import limits
-from broker.relay import (
+from broker.limits import (
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
     DEFAULT_MAX_DELIVERIES,
     DEFAULT_REMIND_AFTER_SECONDS,

@@ -21,7 +21,8 @@ from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, R
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import DEFAULT_MAX_BODY_BYTES, create_app
 from broker.front.tokens import KeyRing, agent_headers, generate_key
-from broker.relay import MAX_WAIT_SECONDS, Relay
+from broker.limits import MAX_WAIT_SECONDS
+from broker.relay import Relay
 from broker.testing.polling import eventually
 from tests.support import unique_prefix
 

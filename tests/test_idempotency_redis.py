@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from adapters.redis.keys import Keys
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Tier
-from broker.relay import request_hash
+from broker.limits import request_hash
 from tests.support import address_for, redis_relays, unique_prefix
 
 BODY = AgentMessage(kind=Kind.KIND_REQUEST, text="run the migration once")

@@ -14,8 +14,8 @@ import pytest
 
 from broker.front.paths import WAIT_PATH
 from broker.front.wait import MAX_BODY_BYTES, MAX_TIMEOUT_MS
+from broker.limits import DEFAULT_REMIND_AFTER_SECONDS
 from broker.preview import PREVIEW_CHARS
-from broker.relay import DEFAULT_REMIND_AFTER_SECONDS
 from broker.testing.polling import eventually
 from relay.settings import ServeSettings, SettingsError, add_options, load
 from tests.front_support import Front, running_front

@@ -14,8 +14,8 @@ from broker.delivery import DeadLetter
 from broker.envelope import Tier, from_ms, now_ms
 from broker.errors import TooManyWaits
 from broker.ids import encode_envelope_id
+from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
 from broker.ports import Appended, Registration
-from broker.relay import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ from adapters.redis.pipeline import AutoPipeline
 from adapters.redis.routing import HEALTH_CHECK_SECONDS, ClusterRouter, SingleRouter
 from adapters.redis.scripts import Script, ScriptLoader, Scripts
 from adapters.redis.wake import Wakeups
-from broker.relay import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
+from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
 
 T = TypeVar("T")
 

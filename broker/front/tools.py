@@ -30,7 +30,8 @@ from broker.errors import (
 from broker.front.errors import tool_error
 from broker.front.tokens import AgentIdentity
 from broker.ids import check_agent_id
-from broker.relay import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, MAX_STATUS_IDS, Relay
+from broker.limits import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, MAX_STATUS_IDS
+from broker.relay import Relay
 from broker.text import shown
 from broker.webhooks import IWebhookTargets, is_webhook_endpoint, new_secret
 

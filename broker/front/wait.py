@@ -24,8 +24,9 @@ from broker.agent_message import KIND_LABELS, AgentMessage
 from broker.envelope import format_time
 from broker.errors import InternalError, InvalidArgument, RelayError, error_body, json_type
 from broker.front.errors import http_status
+from broker.limits import MAX_NOTICE_WAIT_SECONDS
 from broker.preview import preview
-from broker.relay import MAX_NOTICE_WAIT_SECONDS, MailNotice, Relay
+from broker.relay import MailNotice, Relay
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send

@@ -15,7 +15,7 @@ import pytest
 
 from broker.envelope import now_ms
 from broker.errors import IdempotencyConflict, InvalidArgument, RateLimited, UnknownRecipient
-from broker.relay import DEFAULT_STATUS_RETENTION_MS, MAX_STATUS_IDS, MAX_TTL_MS
+from broker.limits import DEFAULT_STATUS_RETENTION_MS, MAX_STATUS_IDS, MAX_TTL_MS
 from broker.testing.base import ConformanceBase, Limits
 
 Body = TypeVar("Body")

@@ -14,7 +14,8 @@ import pytest
 
 from broker.envelope import Tier
 from broker.errors import SessionSuperseded, TooManyWaits, UnregisteredAgent
-from broker.relay import NOTICE_LISTED, MailNotice, Relay
+from broker.limits import NOTICE_LISTED
+from broker.relay import MailNotice, Relay
 from broker.testing.base import WAIT_BOUND, ConformanceBase, Limits
 
 Body = TypeVar("Body")

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from adapters.redis.registry import RedisRegistry
 from broker.envelope import Tier, format_ms, parse_ms
 from broker.ids import check_agent_id
+from broker.limits import MAX_FETCH_LIMIT
 from broker.ports import StoredEnvelope
-from broker.relay import MAX_FETCH_LIMIT
 from broker.text import escaped
 from relay.claude_code.relay_http import Refused
 from relay.commands import EXIT_RUNTIME, bounded_int

@@ -28,8 +28,9 @@ from broker.front.ui.access import OperatorAccess, Session
 from broker.front.ui.snapshot import Overview
 from broker.front.ui.traffic import Traffic
 from broker.ids import check_agent_id, check_session_id, is_envelope_id
+from broker.limits import MAX_ACK_IDS
 from broker.ports import IOperatorView, StoredEnvelope
-from broker.relay import MAX_ACK_IDS, Relay
+from broker.relay import Relay
 from broker.threads import IN_REPLY_TO
 
 log = logging.getLogger("relay.dashboard")
