@@ -38,8 +38,8 @@ class NoOp(AgentTool):
 NOOP = NoOp()
 
 
-def build_with_noop(relay: Any) -> Server[Any]:
-    return build_mcp_server(relay, extra_tools=[NOOP])
+def build_with_noop(relay: Any, **options: Any) -> Server[Any]:
+    return build_mcp_server(relay, extra_tools=[NOOP], **options)
 
 
 front_app.build_mcp_server = build_with_noop
