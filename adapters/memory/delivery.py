@@ -19,7 +19,7 @@ from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
 from broker.delivery import DeadLetter
 from broker.envelope import now_ms
 from broker.errors import UnregisteredAgent
-from broker.ids import decode_envelope_id, encode_envelope_id, is_envelope_id, new_nonce
+from broker.ids import decode_envelope_id, is_envelope_id, new_nonce
 from broker.ports import AckOutcome, StoredEnvelope
 
 _Key = tuple[str, tuple[int, int]]
@@ -72,18 +72,6 @@ class MemoryDeliveryQueue:
         hold = self._shared.holds.get((agent, entry.position))
         return entry if hold is not None and hold.consumer == consumer else None
 
-    def _stored(self, agent: str, entry: MemoryEntry, *, first: bool) -> StoredEnvelope:
-        return StoredEnvelope(
-            envelope_id=encode_envelope_id(*entry.position, entry.nonce),
-            sender=entry.sender,
-            to=agent,
-            tier=entry.tier,
-            sent_at_ms=entry.sent_at_ms,
-            fields=dict(entry.fields),
-            deliveries=entry.deliveries,
-            first_delivery=first,
-        )
-
     def _forget_gone(self, agent: str, inbox: MemoryInbox) -> None:
         # entries acknowledged through the inbox store leave their hold behind; drop it here
         for key in [k for k in self._shared.holds if k[0] == agent and k[1] not in inbox.entries]:
@@ -117,7 +105,7 @@ class MemoryDeliveryQueue:
             if now - hold.since >= visibility:
                 self._shared.holds[key] = _Hold(consumer, now)
                 entry.deliveries += 1
-                out.append(self._stored(agent, entry, first=False))
+                out.append(entry.stored(agent, first_delivery=False))
         out.extend(self._take_new(agent, inbox, consumer, limit - len(out)))
         if out or not wait or self._closed:
             return out
@@ -145,7 +133,7 @@ class MemoryDeliveryQueue:
             if entry.deliveries == 0:
                 entry.deliveries = 1
                 self._shared.holds[(agent, entry.position)] = _Hold(consumer, now)
-                out.append(self._stored(agent, entry, first=True))
+                out.append(entry.stored(agent, first_delivery=True))
         return out
 
     async def retry(self, agent: str, consumer: str, envelope_id: str) -> int:
@@ -215,7 +203,7 @@ class MemoryDeliveryQueue:
             )
             inbox.entries[position] = entry
             self._shared.requeued_from[(agent, position)] = letter.envelope_id
-            new_ids.append(encode_envelope_id(*position, entry.nonce))
+            new_ids.append(entry.envelope_id)
         await inbox.wake()
         return new_ids
 

@@ -149,19 +149,7 @@ class MemoryInboxStore:
         out: list[StoredEnvelope] = []
         for entry in list(inbox.entries.values())[:limit]:
             entry.deliveries += 1
-            out.append(
-                StoredEnvelope(
-                    envelope_id=encode_envelope_id(*entry.position, entry.nonce),
-                    sender=entry.sender,
-                    to=agent,
-                    tier=entry.tier,
-                    sent_at_ms=entry.sent_at_ms,
-                    fields=dict(entry.fields),
-                    deliveries=entry.deliveries,
-                    first_delivery=entry.deliveries == 1,
-                    expires_at_ms=entry.expires_at_ms,
-                )
-            )
+            out.append(entry.stored(agent, first_delivery=entry.deliveries == 1))
         return Fetched(out, tuple(dropped))
 
     def _drop(self, agent: str, inbox: MemoryInbox, limit: int | None = None) -> list[tuple[Tier, str]]:

@@ -9,7 +9,6 @@ import time
 
 from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
 from broker.errors import SessionSuperseded, UnregisteredAgent
-from broker.ids import encode_envelope_id
 from broker.ports import NOTICE_MAX_COUNT, Announced, Notice
 
 _START = (0, 0)
@@ -84,7 +83,7 @@ class MemoryNoticeStore:
 def _listed(entries: list[MemoryEntry], listed: int) -> tuple[Announced, ...]:
     return tuple(
         Announced(
-            envelope_id=encode_envelope_id(*entry.position, entry.nonce),
+            envelope_id=entry.envelope_id,
             sender=entry.sender,
             tier=entry.tier,
             sent_at_ms=entry.sent_at_ms,

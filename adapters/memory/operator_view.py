@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from adapters.memory.state import MemoryEntry, MemoryState
 from broker.envelope import now_ms
-from broker.ids import decode_envelope_id, encode_envelope_id
+from broker.ids import decode_envelope_id
 from broker.ports import AgentOverview, AgentsPage, StoredEnvelope
 from broker.threads import linked
 
@@ -60,11 +60,11 @@ class MemoryOperatorView:
             ms, seq, _ = decode_envelope_id(after)
             start = (ms, seq)
         chosen = sorted(p for p in inbox.entries if p > start)[:limit]
-        return [_stored(agent, inbox.entries[p]) for p in chosen]
+        return [inbox.entries[p].stored(agent) for p in chosen]
 
     async def thread(self, envelope_id: str, limit: int = 1000) -> list[StoredEnvelope]:
         everything = [
-            _stored(agent, entry)
+            entry.stored(agent)
             for agent, inbox in self.state.inboxes.items()
             for entry in inbox.entries.values()
         ]
@@ -77,19 +77,6 @@ class MemoryOperatorView:
             while True:
                 to, entry = await queue.get()
                 if agent is None or to == agent:
-                    yield _stored(to, entry)
+                    yield entry.stored(to)
         finally:
             self.state.followers.discard(queue)
-
-
-def _stored(agent: str, entry: MemoryEntry) -> StoredEnvelope:
-    return StoredEnvelope(
-        envelope_id=encode_envelope_id(*entry.position, entry.nonce),
-        sender=entry.sender,
-        to=agent,
-        tier=entry.tier,
-        sent_at_ms=entry.sent_at_ms,
-        fields=dict(entry.fields),
-        deliveries=entry.deliveries,
-        first_delivery=False,
-    )

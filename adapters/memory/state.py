@@ -15,7 +15,7 @@ from broker.envelope import Tier, from_ms, now_ms
 from broker.errors import TooManyWaits
 from broker.ids import encode_envelope_id
 from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
-from broker.ports import Appended, Registration
+from broker.ports import Appended, Registration, StoredEnvelope
 
 
 @dataclass(slots=True)
@@ -28,6 +28,24 @@ class MemoryEntry:
     fields: dict[str, str]
     deliveries: int = 0
     expires_at_ms: int | None = None
+
+    @property
+    def envelope_id(self) -> str:
+        return encode_envelope_id(*self.position, self.nonce)
+
+    def stored(self, agent: str, *, first_delivery: bool = False) -> StoredEnvelope:
+        """This entry of ``agent``'s inbox as the ports hand it out."""
+        return StoredEnvelope(
+            envelope_id=self.envelope_id,
+            sender=self.sender,
+            to=agent,
+            tier=self.tier,
+            sent_at_ms=self.sent_at_ms,
+            fields=dict(self.fields),
+            deliveries=self.deliveries,
+            first_delivery=first_delivery,
+            expires_at_ms=self.expires_at_ms,
+        )
 
 
 @dataclass(slots=True)
@@ -137,7 +155,7 @@ class MemoryState:
         """Move ``entry`` (already taken out of ``agent``'s inbox) to its dead letters, and record the
         outcome for its sender's status."""
         letter = DeadLetter(
-            envelope_id=encode_envelope_id(*entry.position, entry.nonce),
+            envelope_id=entry.envelope_id,
             sender=entry.sender,
             to=agent,
             tier=entry.tier,
