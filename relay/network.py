@@ -9,7 +9,6 @@ follows every wake-up and notifies the remote agents registered with an ``https:
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from broker.front.tokens import KeyRing
 from broker.front.tools import ToolOptions
 from broker.ports import INoticeStore
 from broker.relay import Relay
-from relay.settings import ServeSettings, SettingsError
+from relay.settings import ServeSettings, SettingsError, check_bind
 
 log = logging.getLogger("relay.serve")
 
@@ -51,24 +50,12 @@ def check_network(settings: ServeSettings) -> None:
         server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     except (OSError, ssl.SSLError) as exc:
         raise SettingsError(f"the network listener's TLS files do not load: {exc}") from exc
-    _check_bind(settings.network_host, settings.network_port)
-
-
-def _check_bind(host: str, port: int) -> None:
-    """Fail before anything starts when the network listener's address cannot be bound."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except socket.gaierror as exc:
-        raise SettingsError(f"--network-host {host!r} does not resolve ({exc})") from exc
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise SettingsError(
-                f"cannot listen on {host}:{port} ({exc.strerror}); pass another --network-port or stop "
-                "what is using it"
-            ) from exc
+    check_bind(
+        settings.network_host,
+        settings.network_port,
+        host_option="--network-host",
+        port_option="--network-port",
+    )
 
 
 def server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:

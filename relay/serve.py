@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -35,7 +34,7 @@ from relay import logs
 from relay.commands.keys import data_key_file, ensure_key_file
 from relay.http_limits import allow_open_files, protocol_for
 from relay.network import check_network, network_server, start_webhooks
-from relay.settings import ServeSettings, SettingsError
+from relay.settings import ServeSettings, SettingsError, check_bind
 
 log = logging.getLogger("relay.serve")
 
@@ -290,17 +289,4 @@ def _check_listen_address(settings: ServeSettings) -> None:
         if not settings.uds.parent.is_dir():
             raise SettingsError(f"--uds {settings.uds}: directory {settings.uds.parent} does not exist")
         return
-    try:
-        infos = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise SettingsError(f"--host {settings.host!r} does not resolve ({exc})") from exc
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise SettingsError(
-                f"cannot listen on {settings.host}:{settings.port} ({exc.strerror}); pass another --port "
-                "or stop what is using it"
-            ) from exc
+    check_bind(settings.host, settings.port, host_option="--host", port_option="--port")

@@ -10,6 +10,7 @@ else reads the environment.
 from __future__ import annotations
 
 import argparse
+import socket
 import types
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -330,3 +331,20 @@ def store_named(settings: StoreSettings, url: str) -> str:
     if settings.redis_url is not None:
         return url
     return f"{url} (the embedded server of {settings.data_dir.absolute()})"
+
+
+def check_bind(host: str, port: int, *, host_option: str, port_option: str) -> None:
+    """Fail before anything starts when ``host:port`` cannot be bound, naming the options to change."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise SettingsError(f"{host_option} {host!r} does not resolve ({exc})") from exc
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); pass another {port_option} or stop "
+                "what is using it"
+            ) from exc

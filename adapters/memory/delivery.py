@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from adapters.memory.inbox import MemoryInboxStore
-from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
+from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState, MemoryStore
 from broker.delivery import DeadLetter
 from broker.envelope import now_ms
 from broker.errors import UnregisteredAgent
@@ -38,19 +38,11 @@ class _Shared:
     requeued_from: dict[_Key, str] = field(default_factory=dict)
 
 
-class MemoryDeliveryQueue:
+class MemoryDeliveryQueue(MemoryStore):
     def __init__(self, state: MemoryState) -> None:
-        self.state = state
+        super().__init__(state)
         self._inbox = MemoryInboxStore(state)
         self._shared = _Shared()
-        self._closed = False
-
-    async def open(self) -> None:
-        self._closed = False
-
-    async def close(self) -> None:
-        self._closed = True
-        await self.state.wake_all()
 
     def _inbox_of(self, agent: str) -> MemoryInbox:
         if agent not in self.state.registrations:

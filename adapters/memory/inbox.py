@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from adapters.memory.state import PRUNE_EVERY, MemoryEntry, MemoryInbox, MemoryState
+from adapters.memory.state import PRUNE_EVERY, MemoryEntry, MemoryInbox, MemoryStore
 from broker.envelope import Tier, now_ms, widest
 from broker.errors import (
     IdempotencyConflict,
@@ -33,18 +33,7 @@ from broker.ports import (
 _NO_OPTIONS: Final = SendOptions()
 
 
-class MemoryInboxStore:
-    def __init__(self, state: MemoryState) -> None:
-        self.state = state
-        self._closed = False
-
-    async def open(self) -> None:
-        self._closed = False
-
-    async def close(self) -> None:
-        self._closed = True
-        await self.state.wake_all()
-
+class MemoryInboxStore(MemoryStore):
     async def ping(self) -> bool:
         return not self._closed
 

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 
-from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState
+from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryStore
 from broker.errors import SessionSuperseded, UnregisteredAgent
 from broker.ports import NOTICE_MAX_COUNT, Announced, Notice
 
@@ -15,18 +15,7 @@ _START = (0, 0)
 """Before every inbox position."""
 
 
-class MemoryNoticeStore:
-    def __init__(self, state: MemoryState) -> None:
-        self.state = state
-        self._closed = False
-
-    async def open(self) -> None:
-        self._closed = False
-
-    async def close(self) -> None:
-        self._closed = True
-        await self.state.wake_all()
-
+class MemoryNoticeStore(MemoryStore):
     async def wait(
         self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int
     ) -> Notice:

@@ -194,3 +194,19 @@ class MemoryState:
         """Wake the waiters on every inbox (a store or queue closing: they stop waiting)."""
         for inbox in self.inboxes.values():
             await inbox.wake()
+
+
+class MemoryStore:
+    """What every store on a ``MemoryState`` shares: opening, and closing (which answers every parked
+    wait of the state at once)."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self.state = state
+        self._closed = False
+
+    async def open(self) -> None:
+        self._closed = False
+
+    async def close(self) -> None:
+        self._closed = True
+        await self.state.wake_all()
