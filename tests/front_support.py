@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 import socket
 from collections.abc import AsyncIterator
@@ -103,3 +104,16 @@ def key_file(tmp: Path) -> Path:
     path.write_text(generate_key() + "\n")
     path.chmod(0o600)
     return path
+
+
+def data(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+def error(result: Any) -> dict[str, Any]:
+    assert result.is_error, result
+    body = json.loads(result.content[0].text)
+    assert isinstance(body["error"], dict)
+    return body["error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import TypeVar
@@ -12,6 +13,8 @@ from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
 from adapters.memory.delivery import MemoryDeliveryQueue
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
+from broker.addresses import WorkbenchAddress
+from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.contract import Contract
 from broker.delivery import DeliverySettings
 from broker.messenger import Messenger
@@ -55,3 +58,29 @@ async def redis_messengers(
             queue = RedisDeliveryQueue(connection)
             messengers.append(await stack.enter_async_context(Messenger(relay, queue, settings)))
         yield messengers
+
+
+ONCE = DeliverySettings(max_attempts=1, visibility=30.0, poll=0.2)
+"""Fail once, and the envelope is a dead letter."""
+
+
+def dead_letters_for(url: str, prefix: str, texts: list[str]) -> list[str]:
+    """Send ``texts`` from alice to builder and fail each once: they become dead letters."""
+
+    async def run() -> list[str]:
+        async with redis_messengers(AgentMessageContract(), url, 1, ONCE, prefix=prefix) as (messenger,):
+            for agent in ("alice", "builder"):
+                await messenger.register(agent, WorkbenchAddress.parse(f"s-{agent}"), f"s-{agent}")
+            sent = [
+                (await messenger.send("alice", "builder", AgentMessage(kind=Kind.KIND_REQUEST, text=t))).id
+                for t in texts
+            ]
+            async with messenger.receive("builder", wait=5.0) as deliveries:
+                for _ in sent:
+                    delivery = await asyncio.wait_for(anext(deliveries), 5.0)
+                    assert (
+                        await delivery.fail("ConnectionError: session queue unavailable") == "dead_lettered"
+                    )
+            return sent
+
+    return asyncio.run(run())

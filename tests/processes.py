@@ -248,3 +248,39 @@ async def tool_outcome(
     if result.get("isError"):
         return "error", dict(json.loads(result["content"][0]["text"])["error"])
     return "ok", dict(result["structuredContent"])
+
+
+FIRST_RUN_BOUND = 60
+"""Seconds a first-run ``relay serve`` (no options) has to become ready and to stop."""
+
+
+def relay_env(port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    return {**env, "PYTHONPATH": str(ROOT), "RELAY_PORT": str(port)}
+
+
+@contextlib.contextmanager
+def first_command(folder: Path, *, creates_key: bool) -> Iterator[int]:
+    """``relay serve`` with no options, run from ``folder``; yields its port once /readyz is 200."""
+    port = free_port()
+    log = folder.parent / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "relay", "serve"], cwd=folder, env=relay_env(port), stdout=out, stderr=out
+        )
+    try:
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"relay serve exited: {log.read_text()}")
+            with contextlib.suppress(httpx2.HTTPError):
+                return httpx2.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+            return False
+
+        wait_until(ready, FIRST_RUN_BOUND, "relay serve ready", interval=0.05)
+        yield port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(FIRST_RUN_BOUND)
+    assert ("created signing key" in log.read_text()) is creates_key

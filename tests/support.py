@@ -13,6 +13,7 @@ from typing import TypeVar
 from adapters.memory import MemoryInboxStore, MemoryNoticeStore, MemoryRegistry, MemoryState
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from broker.addresses import Address, ClaudeCodeAddress, RemoteAddress, WorkbenchAddress
+from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.contract import Contract
 from broker.envelope import Tier, now_ms
 from broker.errors import ContractViolation, Violation
@@ -137,3 +138,14 @@ def dockerfile() -> list[tuple[str, str]]:
             instruction, _, rest = line.strip().partition(" ")
             rows.append((instruction.upper(), rest.strip()))
     return rows
+
+
+@contextlib.asynccontextmanager
+async def relay_on(url: str, **settings: object) -> AsyncIterator[Relay[AgentMessage]]:
+    connection = RedisConnection(RedisSettings(url=url, prefix=unique_prefix(), **settings))  # type: ignore[arg-type]
+    async with Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection)) as relay:
+        yield relay
+
+
+def note(n: int) -> AgentMessage:
+    return AgentMessage(kind=Kind.KIND_NOTE, text=f"note {n}")

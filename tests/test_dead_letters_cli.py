@@ -8,36 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.addresses import WorkbenchAddress
-from broker.agent_message import AgentMessage, AgentMessageContract, Kind
-from broker.delivery import DeliverySettings
+from broker.agent_message import AgentMessageContract
 from relay.cli import main
-from tests.messenger_support import redis_messengers
+from tests.messenger_support import ONCE, dead_letters_for, redis_messengers
 from tests.support import unique_prefix
-
-ONCE = DeliverySettings(max_attempts=1, visibility=30.0, poll=0.2)
-
-
-def dead_letters_for(url: str, prefix: str, texts: list[str]) -> list[str]:
-    """Send ``texts`` from alice to builder and fail each once: they become dead letters."""
-
-    async def run() -> list[str]:
-        async with redis_messengers(AgentMessageContract(), url, 1, ONCE, prefix=prefix) as (messenger,):
-            for agent in ("alice", "builder"):
-                await messenger.register(agent, WorkbenchAddress.parse(f"s-{agent}"), f"s-{agent}")
-            sent = [
-                (await messenger.send("alice", "builder", AgentMessage(kind=Kind.KIND_REQUEST, text=t))).id
-                for t in texts
-            ]
-            async with messenger.receive("builder", wait=5.0) as deliveries:
-                for _ in sent:
-                    delivery = await asyncio.wait_for(anext(deliveries), 5.0)
-                    assert (
-                        await delivery.fail("ConnectionError: session queue unavailable") == "dead_lettered"
-                    )
-            return sent
-
-    return asyncio.run(run())
 
 
 def inbox(url: str, prefix: str) -> list[str]:

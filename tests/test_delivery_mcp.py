@@ -21,7 +21,7 @@ from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import KeyRing, agent_headers
 from broker.testing.polling import eventually
-from tests.front_support import key_file
+from tests.front_support import data, error, key_file
 from tests.processes import REGISTER, ServeProcess, run_relay, sample, serve_processes
 
 pytestmark = pytest.mark.asyncio
@@ -60,19 +60,6 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
             store.close()
     finally:
         server.stop()
-
-
-def data(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
-
-
-def error(result: Any) -> dict[str, Any]:
-    assert result.is_error, result
-    body = json.loads(result.content[0].text)
-    assert isinstance(body["error"], dict)
-    return body["error"]
 
 
 async def send(client: Client, to: str, text: str, **options: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_first_run import first_command, relay_env
+from tests.processes import first_command, relay_env
 
 ROOT = Path(__file__).resolve().parent.parent
 

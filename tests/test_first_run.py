@@ -7,13 +7,10 @@ The port comes from RELAY_PORT (the machine is shared: 8080 may be taken); nothi
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -21,16 +18,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from broker.testing.polling import wait_until
 from tests.front_support import free_port
-from tests.processes import REGISTER, ROOT
+from tests.processes import REGISTER, ROOT, first_command, relay_env
 
 RUN_BOUND = 60
-
-
-def relay_env(port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
-    return {**env, "PYTHONPATH": str(ROOT), "RELAY_PORT": str(port)}
 
 
 def relay(folder: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -38,33 +29,6 @@ def relay(folder: Path, port: int, *args: str) -> subprocess.CompletedProcess[st
         [sys.executable, "-m", "relay", *args],
         cwd=folder, env=relay_env(port), capture_output=True, text=True, timeout=RUN_BOUND, check=False,
     )  # fmt: skip
-
-
-@contextlib.contextmanager
-def first_command(folder: Path, *, creates_key: bool) -> Iterator[int]:
-    """``relay serve`` with no options, run from ``folder``; yields its port once /readyz is 200."""
-    port = free_port()
-    log = folder.parent / f"serve-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "relay", "serve"], cwd=folder, env=relay_env(port), stdout=out, stderr=out
-        )
-    try:
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"relay serve exited: {log.read_text()}")
-            with contextlib.suppress(httpx2.HTTPError):
-                return httpx2.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
-            return False
-
-        wait_until(ready, RUN_BOUND, "relay serve ready", interval=0.05)
-        yield port
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.wait(RUN_BOUND)
-    assert ("created signing key" in log.read_text()) is creates_key
 
 
 async def call(

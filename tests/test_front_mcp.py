@@ -13,7 +13,8 @@ import pytest
 from mcp import MCPError
 
 from broker.front.tools import MAX_FETCH_RESPONSE_BYTES
-from tests.front_support import Front, running_front
+from tests.front_support import Front, data, error, running_front
+from tests.processes import REGISTER
 
 pytestmark = pytest.mark.asyncio
 
@@ -24,22 +25,6 @@ MODES = ["auto", "legacy"]  # 2026-07-28 single-exchange era, and the 2025-11-25
 async def front(redis_url: str) -> Any:
     async with running_front(redis_url) as running:
         yield running
-
-
-def data(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
-
-
-def error(result: Any) -> dict[str, Any]:
-    assert result.is_error, result
-    body = json.loads(result.content[0].text)
-    assert isinstance(body["error"], dict)
-    return body["error"]
-
-
-REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
 
 
 @pytest.mark.parametrize("mode", MODES)

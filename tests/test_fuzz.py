@@ -16,7 +16,6 @@ import hashlib
 import hmac
 import json
 import logging
-import re
 import socket
 from collections import Counter
 from collections.abc import Iterator
@@ -28,8 +27,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.ids import AGENT_ID_PATTERN, IDEMPOTENCY_KEY_PATTERN
 from relay.logs import TextFormatter
+from tests.fuzz_support import HOSTILE_TEXT, JSON, ErrorLog, assert_layout, error_log
 from tests.processes import REGISTER
 from tests.rpc_support import (
     HOSTILE_IDS,
@@ -42,33 +41,9 @@ from tests.rpc_support import (
     tool_outcome,
 )
 
+__all__ = ["error_log"]  # a fixture, used by name
+
 TOOLS = ("RegisterAgentAddress", "SendAgentMessage", "FetchAgentInbox", "AcknowledgeAgentInbox")
-
-
-class ErrorLog(logging.Handler):
-    """Collects every record at ERROR or above, and every record that carries a traceback."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.ERROR or record.exc_info:
-            self.records.append(record)
-
-    def problems(self) -> list[str]:
-        return [f"{r.name}: {r.getMessage()}" for r in self.records]
-
-
-@pytest.fixture
-def error_log() -> Iterator[ErrorLog]:
-    handler = ErrorLog()
-    root = logging.getLogger()
-    root.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
 
 
 # --- checks ----------------------------------------------------------------------------------------
@@ -76,24 +51,6 @@ def error_log() -> Iterator[ErrorLog]:
 
 def stored_envelopes(store: redis.Redis, prefix: str) -> int:
     return sum(int(store.xlen(key)) for key in store.scan_iter(f"{prefix}:inbox:*", count=1000))
-
-
-def assert_layout(store: redis.Redis, prefix: str, agents: set[str]) -> None:
-    """Every key under ``prefix`` is one of the documented ones, for an agent the test authenticated."""
-    agent = AGENT_ID_PATTERN.removeprefix("^").removesuffix("$")
-    idem = IDEMPOTENCY_KEY_PATTERN.removeprefix("^").removesuffix("$")
-    tagged = rf"(?:agent|inbox|dead|rate|notice|outcome|counts):\{{({agent})\}}"
-    sending = rf"sent:\{{({agent})\}}:\d+|claim:\{{({agent})\}}:{idem}|idem:\{{({agent})\}}:{agent}:{idem}"
-    pattern = re.compile(rf"{re.escape(prefix)}:(?:{tagged}|{sending}|agents)")
-    keys = list(store.scan_iter(f"{prefix}:*", count=1000))
-    assert keys, "the run created no keys at all"
-    for key in keys:
-        match = pattern.fullmatch(key)
-        assert match is not None, f"undocumented key {key!r}"
-        named = next((group for group in match.groups() if group is not None), None)
-        if named is not None:
-            assert named in agents, f"key {key!r} names an agent nobody authenticated as"
-    assert set(store.smembers(f"{prefix}:agents")) <= agents
 
 
 # --- the curated corpus ----------------------------------------------------------------------------
@@ -464,27 +421,6 @@ def _raw_post(
 
 # --- generated bodies ------------------------------------------------------------------------------
 
-HOSTILE_TEXT = st.one_of(
-    st.text(max_size=40),
-    st.sampled_from(HOSTILE_IDS),
-    st.from_regex(AGENT_ID_PATTERN, fullmatch=True),
-    st.from_regex(r"env_[0-9A-Z*{}: \n]{20,30}", fullmatch=True),
-    st.sampled_from(["bob", "fuzz-r", "note", "request", "reply", "status", "KIND_NOTE"]),
-)
-JSON = st.recursive(
-    st.one_of(
-        st.none(),
-        st.booleans(),
-        st.integers(min_value=-(2**70), max_value=2**70),
-        st.floats(allow_nan=False, allow_infinity=False),
-        HOSTILE_TEXT,
-    ),
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=5),
-        st.dictionaries(st.one_of(HOSTILE_TEXT, st.text(max_size=8)), inner, max_size=5),
-    ),
-    max_leaves=20,
-)
 MESSAGE = st.one_of(
     JSON,
     st.fixed_dictionaries(

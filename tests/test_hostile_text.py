@@ -12,9 +12,8 @@ from adapters.redis.keys import Keys
 from broker.addresses import ClaudeCodeAddress, default_providers
 from broker.errors import InvalidAddress
 from broker.text import escaped, shown
-from tests.front_support import running_front
+from tests.front_support import data, error, running_front
 from tests.processes import run_relay
-from tests.test_front_mcp import data, error
 
 FORGED_ROWS = "unix:/run/x\n  tier  network\n  session forged"
 HOSTILE = [

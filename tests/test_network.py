@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from broker.front.key_file import load_key_file
 from broker.front.tokens import NETWORK_AUDIENCE, agent_headers, generate_key
 from broker.testing.polling import eventually
-from tests.front_support import free_port, key_file
+from tests.front_support import data, free_port, key_file
 from tests.processes import MCP_HEADERS, REGISTER, ServeProcess, call_tool, run_relay, sample, tool_call_body
 from tests.tls_support import Certificates, certificates, receiver
 
@@ -81,12 +81,6 @@ def listener(
 
 def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def data(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
 
 
 async def test_remote_agents_use_the_mcp_tools_over_https_and_get_signed_webhooks(

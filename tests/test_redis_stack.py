@@ -5,20 +5,18 @@ own server on a free loopback port (they flush scripts, restart, and change ACLs
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.server import EmbeddedRedis
-from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.agent_message import AgentMessage
 from broker.envelope import Tier
 from broker.errors import BackendRefused, BackendUnavailable, RelayError
 from broker.relay import Relay
-from tests.support import address_for, unique_prefix
+from tests.support import address_for, note, relay_on
 
 SENDS = 500
 
@@ -31,17 +29,6 @@ def server() -> Iterator[EmbeddedRedis]:
         yield embedded
     finally:
         embedded.stop()
-
-
-@contextlib.asynccontextmanager
-async def relay_on(url: str, **settings: object) -> AsyncIterator[Relay[AgentMessage]]:
-    connection = RedisConnection(RedisSettings(url=url, prefix=unique_prefix(), **settings))  # type: ignore[arg-type]
-    async with Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection)) as relay:
-        yield relay
-
-
-def note(n: int) -> AgentMessage:
-    return AgentMessage(kind=Kind.KIND_NOTE, text=f"note {n}")
 
 
 def script_loads(client: redis.Redis) -> int:

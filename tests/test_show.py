@@ -13,8 +13,8 @@ from adapters.redis.keys import Keys
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessageContract
 from relay.cli import main
+from tests.messenger_support import dead_letters_for
 from tests.support import redis_relays, unique_prefix
-from tests.test_dead_letters_cli import dead_letters_for
 
 BACKENDS = ["redis_url", "cluster_url"]
 

@@ -14,8 +14,7 @@ from adapters.redis.errors import store_error
 from adapters.redis.server import EmbeddedRedis
 from broker.envelope import Tier
 from broker.errors import BackendRefused, BackendUnavailable
-from tests.support import address_for
-from tests.test_redis_stack import note, relay_on
+from tests.support import address_for, note, relay_on
 
 
 @pytest.fixture

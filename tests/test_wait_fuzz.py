@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from broker.front.paths import WAIT_PATH
 from broker.front.wait import MAX_TIMEOUT_MS
+from tests.fuzz_support import JSON, ErrorLog, assert_layout, error_log
 from tests.rpc_support import ThreadedFront, call, clean, encode, register, tool_outcome
-from tests.test_fuzz import JSON, ErrorLog, assert_layout, error_log
 
 __all__ = ["error_log"]
 

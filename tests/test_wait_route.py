@@ -18,8 +18,8 @@ from broker.limits import DEFAULT_REMIND_AFTER_SECONDS
 from broker.preview import PREVIEW_CHARS
 from broker.testing.polling import eventually
 from relay.settings import ServeSettings, SettingsError, add_options, load
-from tests.front_support import Front, running_front
-from tests.test_front_mcp import REGISTER, data
+from tests.front_support import Front, data, running_front
+from tests.processes import REGISTER
 
 pytestmark = pytest.mark.asyncio
 
