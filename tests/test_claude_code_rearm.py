@@ -24,7 +24,7 @@ from relay.claude_code.setup import WAITER_TIMEOUT_S
 from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture
 from tests.claude_code_relay import read_json, relay_serving, set_up, write_json
 from tests.fake_anthropic import FakeAnthropic
-from tests.processes import REGISTER, ok_sync
+from tests.processes import REGISTER, ROOT, ok_sync
 
 __all__ = ["claude_binary_fixture"]
 
@@ -77,7 +77,8 @@ def test_a_waiter_that_runs_out_wakes_the_session_once_and_mail_still_wakes_it(
         write_json(settings_file, settings)  # the Stop hook keeps setup's own timeout
         home = ClaudeHome(tmp_path / "home", api_url=api.base_url, trusted=[folder]).write()
 
-        with InteractiveClaude(claude_binary, home, folder) as session:
+        # the hooks run this checkout's relay, whatever `python -m relay` finds installed
+        with InteractiveClaude(claude_binary, home, folder, env={"PYTHONPATH": str(ROOT)}) as session:
             notice = api.wait_for(
                 lambda r: r.is_conversation and f"no new mail for {author}" in r.last_user_text(),
                 90,

@@ -142,6 +142,8 @@ def test_a_second_serve_in_the_folder_says_relay_is_running_there(tmp_path: Path
             relay(folder, port, "agent-headers", "--agent", "bob", "--session", "b-1").stdout
         )
         asyncio.run(call(f"http://127.0.0.1:{port}/mcp/agent", headers, "RegisterAgentAddress", REGISTER))
+        assert "\n\n1 agent registered, as of " in relay(folder, port, "agents").stdout
+        assert "\n\n1 agent registered at redis://" in relay(folder, port, "inspect").stdout
         env = {k: v for k, v in relay_env(port).items() if k != "RELAY_PORT"}
         sent = subprocess.run(
             [sys.executable, "-m", "relay", "send", "--from", "ada", "--to", "bob", "hi"],

@@ -83,5 +83,6 @@ def test_migrate_needs_a_redis_url(tmp_path: Path) -> None:
     result = run_relay("migrate", "--data-dir", tmp_path / "no-server")
     assert result.returncode == 2
     assert (
-        "relay migrate found no embedded server running" in result.stderr and "--redis-url" in result.stderr
+        "relay is not running here, so `relay migrate` has nothing to read" in result.stderr
+        and "--redis-url" in result.stderr
     )
