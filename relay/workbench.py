@@ -96,9 +96,20 @@ def run(loaded: Loaded, url: str, data_dir: Path) -> int:
     return asyncio.run(host(loaded, url, data_dir))
 
 
-async def host(loaded: Loaded, url: str, data_dir: Path, *, stop: asyncio.Event | None = None) -> int:
+async def host(
+    loaded: Loaded,
+    url: str,
+    data_dir: Path,
+    *,
+    stop: asyncio.Event | None = None,
+    prefix: str | None = None,
+    sessions: WorkbenchSessions | None = None,
+) -> int:
+    """Host ``loaded``'s sessions until ``stop`` is set (default: SIGINT/SIGTERM). ``prefix`` (the
+    store's key prefix) and ``sessions`` are for tests and the benchmark."""
     stop = stop or _stop_on_signals()
-    connection = RedisConnection(RedisSettings(url=url))
+    redis = RedisSettings(url=url) if prefix is None else RedisSettings(url=url, prefix=prefix)
+    connection = RedisConnection(redis)
     relay = Relay(
         AgentMessageContract(),
         RedisInboxStore(connection),
@@ -118,7 +129,9 @@ async def host(loaded: Loaded, url: str, data_dir: Path, *, stop: asyncio.Event 
                 stopping.add(task)
                 task.add_done_callback(stopping.discard)
 
-        sessions = WorkbenchSessions(on_unavailable=unavailable)
+        if sessions is None:
+            sessions = WorkbenchSessions()
+        sessions.on_unavailable = unavailable
         try:
             async with SessionMessaging(messenger, sessions) as messaging:
                 planned = specs(loaded, data_dir)

@@ -5,7 +5,8 @@ A fake is ``FakeModelAPI`` plus a request handler for its wire format. What the 
 scripted: ``reply`` queues answers (``Text`` and ``ToolUse`` blocks), handed in order to the
 conversation's requests (those that offer tools); every other request, and a conversation request
 that finds the queue empty, gets ``Text(DEFAULT_TEXT)``. Every request is recorded (``requests``), and
-a test waits for the one it expects with ``wait_for`` (bounded).
+a test waits for the one it expects with ``wait_for`` (bounded). ``hold`` makes conversation requests
+wait until ``release`` (a model in a long turn).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Self
 
 DEFAULT_TEXT = "OK."
 MAX_BODY = 64 * 1024 * 1024
+HOLD_LIMIT = 120.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class FakeModelAPI:
         self.requests: list[Recorded] = []
         self._script: list[list[Block]] = []
         self._changed = threading.Condition()
+        self._held = False
         self._server = QuietHTTPServer(("127.0.0.1", 0), handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, name=self.name, daemon=True)
 
@@ -140,6 +143,17 @@ class FakeModelAPI:
         """Queue one answer for the next conversation request that finds the queue non-empty."""
         with self._changed:
             self._script.append(list(blocks))
+
+    def hold(self) -> None:
+        """Make conversation requests wait (a model in a long turn) until ``release``; at most
+        ``HOLD_LIMIT`` seconds each."""
+        with self._changed:
+            self._held = True
+
+    def release(self) -> None:
+        with self._changed:
+            self._held = False
+            self._changed.notify_all()
 
     def pending_replies(self) -> int:
         """Scripted answers not handed out yet."""
@@ -177,6 +191,8 @@ class FakeModelAPI:
             recorded = Recorded(path, headers, body, time.monotonic())
             self.requests.append(recorded)
             self._changed.notify_all()
+            if turn and recorded.is_conversation:
+                self._changed.wait_for(lambda: not self._held, HOLD_LIMIT)
             if turn and recorded.is_conversation and self._script:
                 return self._script.pop(0)
             return [Text(DEFAULT_TEXT)]

@@ -158,8 +158,8 @@ class WorkbenchSessions:
     """The Workbench host's ``PromptQueue``: live SDK sessions, restarted when they die.
 
     Args:
-        runtimes: by name (``SessionSpec`` does not name one: ``start`` is given it).
-        on_unavailable: called with the agent id once its session cannot be restarted.
+        on_unavailable: called with the agent id once its session cannot be restarted (also settable
+            as the attribute, for a host that makes its delivery loops after this).
         max_restarts: restarts within ``RESTART_WINDOW`` before the agent is unavailable.
     """
 
@@ -170,7 +170,7 @@ class WorkbenchSessions:
         max_restarts: int = 5,
     ) -> None:
         self._sessions: dict[str, _Supervised] = {}
-        self._on_unavailable = on_unavailable
+        self.on_unavailable = on_unavailable
         self._max_restarts = max_restarts
         self._closing = False
 
@@ -272,8 +272,8 @@ class WorkbenchSessions:
             f"within {RESTART_WINDOW:.0f} s ({problem}); restart the Workbench host"
         )
         log.error(supervised.unavailable, extra={"agent": spec.agent})
-        if self._on_unavailable is not None:
-            self._on_unavailable(spec.agent)
+        if self.on_unavailable is not None:
+            self.on_unavailable(spec.agent)
 
 
 async def process_exit(pid: int) -> None:
