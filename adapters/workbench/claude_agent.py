@@ -7,13 +7,16 @@ Each session is one ``ClaudeSDKClient`` (one ``claude`` process, stream-JSON ove
   ...), bound to the session's agent; the model gets only them and the configured ``tools``
   (``allowed_tools``, no setting sources: the folder's own settings and hooks are not loaded);
 - prompts are written with ``verbatim_prompts`` (no ``@path`` expansion, no slash commands from a
-  message's text) and ``--replay-user-messages``: the CLI echoes each user message as it takes it into
-  the conversation, and that echo of the prompt's own uuid is *accepted*. A prompt written during a
-  turn is merged into it (attached to the next tool result) or becomes the next turn; either way it
-  is echoed once, so acceptance never counts results. A prompt not echoed within ``accept_timeout``
-  stays written: the retry of the same envelope waits for that echo instead of writing it again;
+  message's text). A prompt is *accepted* once the session took it: the turn it starts began (the
+  CLI's ``init`` system message), or, for a prompt written during a turn, which the CLI merges into it
+  (attached to the next tool result) or runs as the next turn, its echo (``--replay-user-messages``,
+  the prompt's own uuid) or the start of that next turn. Acceptance never counts results: one turn may
+  answer several prompts. A prompt not accepted within ``accept_timeout`` stays written: the retry of
+  the same envelope waits for it instead of writing it again;
 - with a provider (``anthropic``) the CLI gets ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` and a
   private ``CLAUDE_CONFIG_DIR`` under ``state_dir``; without one, the CLI's own login;
+- the CLI (the wheel's bundled ``claude`` unless ``cli_path`` names one) runs under ``bound_to_host``'s
+  launcher, so it dies with the host;
 - the conversation id is relay's choice (a UUID) at the first start; a restarted process resumes it.
 """
 
@@ -25,19 +28,31 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import claude_agent_sdk
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, create_sdk_mcp_server, tool
-from claude_agent_sdk.types import ResultMessage, UserMessage
+from claude_agent_sdk.types import ResultMessage, SystemMessage, UserMessage
 
-from adapters.workbench.runtime import LiveSession, SessionGone, SessionSpec, relay_instructions
+from adapters.workbench.runtime import (
+    LiveSession,
+    SessionGone,
+    SessionSpec,
+    bound_to_host,
+    quiet_sdk_logs,
+    relay_instructions,
+)
 from adapters.workbench.session import SessionTool
 
+quiet_sdk_logs("claude_agent_sdk")  # its records carry tracebacks of expected failures (a CLI that exited)
 log = logging.getLogger("relay.workbench.claude_agent")
 
 SERVER = "relay"
 """The SDK MCP server's name: the tools are ``mcp__relay__<tool>``."""
 OPEN_TIMEOUT = 60.0
+BUNDLED_CLI = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+"""The ``claude`` the SDK's wheel ships (the SDK's default; named here so the launcher can start it)."""
 
 
 class ClaudeAgentRuntime:
@@ -95,7 +110,9 @@ class ClaudeLive:
         self._waiting: dict[str, asyncio.Future[None]] = {}
         """uuid of a written prompt -> resolved when the CLI echoes it"""
         self._keys: dict[str, str] = {}
-        """envelope key -> uuid of its prompt written to this process and not yet echoed"""
+        """envelope key -> uuid of its prompt written to this process and not yet accepted"""
+        self._next_turn: set[str] = set()
+        """uuids of written prompts the next turn to start takes"""
         self._busy = False
         self._write = asyncio.Lock()
 
@@ -123,7 +140,7 @@ class ClaudeLive:
             extra_args={"replay-user-messages": None},
             resume=resume,
             session_id=session_id,
-            cli_path=spec.cli_path,
+            cli_path=bound_to_host(spec.cli_path or str(BUNDLED_CLI), spec.state_dir),
             env=env,
             stderr=lambda line: log.debug("claude: %s", line.rstrip(), extra={"agent": spec.agent}),
         )
@@ -179,22 +196,26 @@ class ClaudeLive:
                     waiting.set_exception(SessionGone("the claude process exited"))
             self._waiting.clear()
             self._keys.clear()
+            self._next_turn.clear()
 
     async def _read(self, client: ClaudeSDKClient) -> None:
         async for message in client.receive_messages():
             if isinstance(message, UserMessage) and message.uuid in self._waiting:
-                self._busy = True
                 self._accepted(message.uuid)
+            elif isinstance(message, SystemMessage) and message.subtype == "init":
+                self._busy = True
+                for taken in list(self._next_turn):
+                    self._accepted(taken)
             elif isinstance(message, ResultMessage):
                 self._busy = False
+                self._next_turn |= set(self._waiting)  # not merged into that turn: they start the next
 
-    def _accepted(self, echoed: str) -> None:
-        waiting = self._waiting.pop(echoed)
-        if not waiting.done():
+    def _accepted(self, taken: str) -> None:
+        self._next_turn.discard(taken)
+        waiting = self._waiting.pop(taken, None)
+        if waiting is not None and not waiting.done():
             waiting.set_result(None)
-        for key, written in list(self._keys.items()):
-            if written == echoed:
-                del self._keys[key]
+        self._keys = {k: u for k, u in self._keys.items() if u != taken}
 
     async def submit(self, prompt: str, key: str) -> None:
         client = self._client
@@ -207,12 +228,16 @@ class ClaudeLive:
             written = str(uuid.uuid4())
             echo = self._waiting[written] = asyncio.get_running_loop().create_future()
             self._keys[key] = written
+            if not self._busy:
+                self._next_turn.add(written)
+                self._busy = True  # a prompt to an idle session starts a turn
             async with self._write:
                 try:
                     await client.query(_one(prompt, written))
                 except Exception as exc:
                     self._waiting.pop(written, None)
                     self._keys.pop(key, None)
+                    self._next_turn.discard(written)
                     raise SessionGone(f"could not write to the claude process: {type(exc).__name__}") from exc
         accepted = asyncio.shield(echo)
         try:

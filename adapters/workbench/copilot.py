@@ -8,8 +8,12 @@ session in it:
   model is offered only them and the configured ``tools`` (``available_tools``);
 - with a provider the session uses it (BYOK, ``provider={"type", "base_url", "api_key"}``; chat
   completions for ``openai``), without one the CLI's own login;
-- a prompt is ``session.send(prompt, mode="enqueue")``: *accepted* is the CLI's answer to that call
-  (a prompt sent during a turn becomes its own turn after it);
+- a prompt is ``session.send(prompt, mode="enqueue")`` (sent during a turn, it becomes its own turn
+  after it); it is *accepted* once the session took it into the conversation: the ``user.message``
+  event with the message id ``send`` returned. Until then it is only in the CLI's memory, and a CLI
+  that dies loses it. A prompt not taken in within ``accept_timeout`` (a long turn ahead of it) stays
+  queued in the CLI: the retry of the same envelope waits for it instead of sending it again;
+- the CLI runs under ``bound_to_host``'s launcher, so it dies with the host;
 - the SDK session id is the one relay chose at the first start, so a restarted process resumes the
   conversation (``resume_session``) from the CLI's state under ``state_dir/copilot``.
 
@@ -36,11 +40,14 @@ from adapters.workbench.runtime import (
     LiveSession,
     SessionGone,
     SessionSpec,
+    bound_to_host,
     process_exit,
+    quiet_sdk_logs,
     relay_instructions,
 )
 from adapters.workbench.session import SessionTool
 
+quiet_sdk_logs("copilot")  # its records carry tracebacks of expected failures (a CLI that exited)
 log = logging.getLogger("relay.workbench.copilot")
 
 PROTOCOL_VERSION = 3
@@ -95,8 +102,12 @@ class CopilotLive:
         self._session_id: str | None = None
         self._pid: int | None = None
         self._exited: asyncio.Task[None] | None = None
-        self._sent = 0
-        self._started = 0
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+        """message id -> resolved when the session takes that prompt in"""
+        self._keys: dict[str, str] = {}
+        """envelope key -> message id of its prompt, sent and not yet taken in"""
+        self._early: set[str] = set()
+        """message ids taken in before ``send`` returned them"""
         self._busy = False
         self._loop = asyncio.get_running_loop()
 
@@ -114,15 +125,19 @@ class CopilotLive:
 
     @property
     def queued(self) -> int:
-        return max(0, self._sent - self._started)
+        return len(self._keys)
 
     def holds(self, key: str) -> bool:
-        return False  # an accepted prompt is acknowledged at once: nothing waits to be accepted
+        return key in self._keys
 
     async def start(self, tools: Sequence[SessionTool], resume: str | None) -> None:
         spec = self.spec
+        cli = spec.cli_path or os.environ.get("COPILOT_CLI_PATH")
         client = CopilotClient(
-            connection=RuntimeConnection.for_stdio(path=spec.cli_path),
+            # without a CLI of its own the SDK downloads one (and the launcher has nothing to start)
+            connection=RuntimeConnection.for_stdio(
+                path=None if cli is None else bound_to_host(cli, spec.state_dir)
+            ),
             working_directory=str(spec.directory),
             base_directory=str(spec.state_dir / "copilot"),
             use_logged_in_user=spec.provider is None,
@@ -166,34 +181,68 @@ class CopilotLive:
 
     def _on_event(self, event: Any) -> None:
         kind = getattr(event.type, "value", str(event.type))
-        if kind in (_STARTED, _IDLE):
-            # the SDK may call handlers from its reader thread
-            self._loop.call_soon_threadsafe(self._apply, kind)
-
-    def _apply(self, kind: str) -> None:
         if kind == _STARTED:
-            self._started += 1
-            self._busy = True
-        else:
-            self._busy = False
+            taken = getattr(event.data, "message_id", None)
+            # the SDK may call handlers from its reader thread
+            self._loop.call_soon_threadsafe(self._taken, taken)
+        elif kind == _IDLE:
+            self._loop.call_soon_threadsafe(self._idle)
+
+    def _taken(self, message_id: str | None) -> None:
+        self._busy = True
+        if message_id is None:
+            return
+        waiting = self._waiting.pop(message_id, None)
+        if waiting is None:
+            self._early.add(message_id)
+            return
+        if not waiting.done():
+            waiting.set_result(None)
+        self._keys = {k: m for k, m in self._keys.items() if m != message_id}
+
+    def _idle(self) -> None:
+        self._busy = False
 
     async def submit(self, prompt: str, key: str) -> None:
-        if self._session is None or (self._exited is not None and self._exited.done()):
+        session = self._session
+        if session is None or (self._exited is not None and self._exited.done()):
             raise SessionGone(f"the Copilot session of {self.spec.agent!r} is not running")
-        sending = asyncio.ensure_future(self._session.send(prompt, mode="enqueue"))
-        waits: set[asyncio.Future[Any]] = {sending}
+        message_id = self._keys.get(key)
+        if message_id is None:
+            message_id = await self._bounded(session.send(prompt, mode="enqueue"), "accept the prompt")
+            if message_id in self._early:
+                self._early.discard(message_id)
+                return
+            self._waiting[message_id] = self._loop.create_future()
+            self._keys[key] = message_id
+        waiting = self._waiting.get(message_id)
+        if waiting is None:
+            return  # taken in meanwhile
+        try:
+            await self._bounded(asyncio.shield(waiting), "take the prompt in (a long turn ahead of it)")
+        except TimeoutError:
+            raise TimeoutError(
+                f"the session has not taken the prompt in after {self.spec.accept_timeout} s; it stays "
+                "queued and the retry waits for it"
+            ) from None
+
+    async def _bounded(self, awaitable: Any, what: str) -> Any:
+        """``awaitable``'s result, unless the CLI exits first (``SessionGone``) or ``accept_timeout``
+        passes (``TimeoutError``)."""
+        task = asyncio.ensure_future(awaitable)
+        waits: set[asyncio.Future[Any]] = {task}
         if self._exited is not None:
             waits.add(self._exited)
         done, _ = await asyncio.wait(waits, timeout=self.spec.accept_timeout, return_when="FIRST_COMPLETED")
-        if sending not in done:
-            sending.cancel()
-            with contextlib.suppress(BaseException):
-                await sending
-            if self._exited is not None and self._exited.done():
-                raise SessionGone(f"the Copilot CLI of {self.spec.agent!r} exited during the submission")
-            raise TimeoutError(f"the Copilot CLI did not accept the prompt in {self.spec.accept_timeout} s")
-        sending.result()  # raises what the SDK raised (a refusal, a dead connection)
-        self._sent += 1
+        if task in done:
+            return task.result()  # raises what the SDK raised (a refusal, a dead connection)
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if self._exited is not None and self._exited.done():
+            self._keys.clear()
+            raise SessionGone(f"the Copilot CLI of {self.spec.agent!r} exited before it would {what}")
+        raise TimeoutError(f"the Copilot CLI did not {what} in {self.spec.accept_timeout} s")
 
     async def wait_closed(self) -> None:
         if self._exited is None:

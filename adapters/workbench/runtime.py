@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -274,6 +275,51 @@ class WorkbenchSessions:
         log.error(supervised.unavailable, extra={"agent": spec.agent})
         if self.on_unavailable is not None:
             self.on_unavailable(spec.agent)
+
+
+class _NoTraceback(logging.Filter):
+    """Drops the traceback an SDK attaches to its own log records: one line each, like relay's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            error = record.exc_info[1]
+            record.msg = (
+                f"{record.getMessage()} ({type(error).__name__}: {' '.join(str(error).split())[:300]})"
+            )
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def quiet_sdk_logs(name: str) -> None:
+    """Keep tracebacks out of the log lines of the SDK logger ``name`` (and its children)."""
+    # a logger's filters see only its own records, not its children's: each gets one
+    for known in [name, *logging.root.manager.loggerDict]:
+        if known == name or known.startswith(f"{name}."):
+            logger = logging.getLogger(known)
+            if not any(isinstance(f, _NoTraceback) for f in logger.filters):
+                logger.addFilter(_NoTraceback())
+
+
+_LAUNCHER = """#!{python} -S
+# relay's launcher of a Workbench session CLI: the CLI dies with the host that started it
+import ctypes, os, signal, sys
+if sys.platform.startswith("linux"):
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != {host}:
+        sys.exit("relay: the Workbench host is gone")
+os.execv({cli!r}, [{cli!r}, *sys.argv[1:]])
+"""
+
+
+def bound_to_host(cli: str, state_dir: Path) -> str:
+    """A launcher of ``cli`` (in ``state_dir``) that makes the kernel kill it when this process dies:
+    a host killed with SIGKILL leaves no session CLI running (and still taking prompts) behind."""
+    path = state_dir / "cli"
+    path.write_text(_LAUNCHER.format(python=sys.executable, host=os.getpid(), cli=str(Path(cli).absolute())))
+    path.chmod(0o700)
+    return str(path)
 
 
 async def process_exit(pid: int) -> None:
