@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import logging
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -25,7 +26,7 @@ from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.inspect import redacted
 from adapters.workbench import SessionMessaging
 from adapters.workbench.runtime import Provider, Runtime, SessionSpec, WorkbenchSessions
-from broker.agent_message import AgentMessageContract
+from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.delivery import DeliverySettings
 from broker.messenger import Messenger
 from broker.relay import Relay
@@ -165,6 +166,24 @@ async def host(
                     await task
     log.info("workbench stopped")
     return 0
+
+
+@contextlib.asynccontextmanager
+async def messenger_on(
+    url: str, settings: DeliverySettings, *, prefix: str | None = None
+) -> AsyncIterator[Messenger[AgentMessage]]:
+    """The Workbench host's started messenger on the store at ``url`` (the messenger conformance suite
+    runs on it: tests/test_messenger_conformance.py)."""
+    redis = RedisSettings(url=url) if prefix is None else RedisSettings(url=url, prefix=prefix)
+    connection = RedisConnection(redis)
+    relay = Relay(
+        AgentMessageContract(),
+        RedisInboxStore(connection),
+        RedisRegistry(connection),
+        metrics=CollectorRegistry(),
+    )
+    async with relay, Messenger(relay, RedisDeliveryQueue(connection), settings) as messenger:
+        yield messenger
 
 
 def _stop_on_signals() -> asyncio.Event:

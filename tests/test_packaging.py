@@ -107,7 +107,8 @@ class Absent(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Absent())
 import importlib.util
-importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] in ("copilot", "claude_agent_sdk") else ORIGINAL(name, *a)
+SDKS = ("copilot", "claude_agent_sdk")
+importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] in SDKS else ORIGINAL(name, *a)
 """
 
 

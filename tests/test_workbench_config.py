@@ -60,8 +60,10 @@ def test_the_issue_example_loads_with_the_key_from_the_environment(tmp_path: Pat
         (('id = "builder"', 'id = "planner"'), ENV, "agent id 'planner' appears twice"),
         (('runtime = "copilot"', 'runtime = "codex"'), ENV, "agent[0].runtime: Input should be 'copilot'"),
         ((), {}, "agent[0] (planner).provider.api_key_env: the variable PLANNER_API_KEY is not set"),
-        (('api_key_env = "PLANNER_API_KEY"', 'api_key = "sk-in-the-file"'), ENV, "agent[0].provider.api_key: unknown"),
-        (('base_url = "http://127.0.0.1:9999/v1"', 'base_url = "ftp://x"'), ENV, "agent[0].provider.base_url: "),
+        (('api_key_env = "PLANNER_API_KEY"', 'api_key = "sk-in-the-file"'), ENV,
+         "agent[0].provider.api_key: unknown"),
+        (('base_url = "http://127.0.0.1:9999/v1"', 'base_url = "ftp://x"'), ENV,
+         "agent[0].provider.base_url: "),
         (('tools = []', 'tools = ["send_agent_message"]'), ENV, "relay's own tool, always given"),
         (('dir = "work/builder"', 'dir = "work/builder"\n[agent.provider]\ntype = "openai"\n'
           'base_url = "http://127.0.0.1:1"\napi_key_env = "PLANNER_API_KEY"'), ENV,
