@@ -1,13 +1,23 @@
 """``workbench.toml`` is checked whole before anything starts: a config relay cannot honour is refused
 with the field named (and ``relay workbench`` exits 2 with that one line); keys come only from the
-environment variables the file names."""
+environment variables the file names. Workbench agents show in ``relay agents``, ``relay inspect`` and
+the inbox gauges like any other."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from adapters.redis import RedisConnection, RedisSettings
+from adapters.redis.gauges import InboxGauges
+from adapters.workbench import SessionMessaging
+from broker.agent_message import AgentMessage, Kind
+from broker.delivery import DeliverySettings
+from relay.workbench import messenger_on, session_id
 from relay.workbench_config import WorkbenchConfigError, load
 from tests.processes import run_relay
 
@@ -90,3 +100,30 @@ def test_relay_workbench_refuses_with_one_line_and_starts_nothing(tmp_path: Path
     assert done.stderr.startswith("relay: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert "provider.api_key_env: the variable PLANNER_API_KEY is not set" in done.stderr
     assert not (tmp_path / "work").exists()
+
+
+async def test_workbench_agents_show_in_agents_inspect_and_the_gauges_like_any_other(redis_url: str) -> None:
+    agent = f"wb-{time.monotonic_ns() % 10**8}"
+
+    class Refusing:
+        async def submit(self, session: str, prompt: str) -> None:
+            raise ConnectionError("not now")
+
+    async with messenger_on(redis_url, DeliverySettings()) as messenger:  # the store relay serve uses
+        messaging = SessionMessaging(messenger, Refusing())  # not running: nothing is delivered
+        await messaging.register(session_id(agent), agent)
+        await messenger.send(agent, agent, AgentMessage(kind=Kind.KIND_NOTE, text="to myself"))
+        gauges = InboxGauges(RedisConnection(RedisSettings(url=redis_url)))
+        await gauges.refresh()
+        registry = CollectorRegistry()
+        registry.register(gauges)
+        metrics = generate_latest(registry).decode()
+    assert f'csf_relay_inbox_depth{{agent="{agent}"}} 1.0' in metrics
+    listed = run_relay("agents", "--json", "--redis-url", redis_url)
+    (row,) = [a for a in json.loads(listed.stdout)["agents"] if a["agent"] == agent]
+    assert (row["provider"], row["tier"], row["session"], row["inbox_depth"]) == (
+        "workbench", "in_process", f"workbench.{agent}", 1,
+    )  # fmt: skip
+    inspected = json.loads(run_relay("inspect", agent, "--json", "--redis-url", redis_url).stdout)
+    (found,) = inspected["agents"]
+    assert (found["provider"], found["tier"], found["inbox_depth"]) == ("workbench", "in_process", 1)
