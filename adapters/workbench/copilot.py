@@ -146,6 +146,12 @@ class CopilotLive:
         )
         self._client = client
         await client.start()
+        spoken = getattr(client, "_negotiated_protocol_version", PROTOCOL_VERSION)  # no public accessor
+        if spoken != PROTOCOL_VERSION:
+            raise RuntimeError(
+                f"the Copilot CLI speaks SDK protocol {spoken}, relay is tested with {PROTOCOL_VERSION}: "
+                "use @github/copilot 1.0.102 (scripts/install-agent-sdks)"
+            )
         process = getattr(client, "_process", None)  # the SDK's Popen of the CLI (no public handle)
         self._pid = getattr(process, "pid", None)
         if self._pid is not None:
