@@ -109,18 +109,7 @@ async def host(
     """Host ``loaded``'s sessions until ``stop`` is set (default: SIGINT/SIGTERM). ``prefix`` (the
     store's key prefix) and ``sessions`` are for tests and the benchmark."""
     stop = stop or _stop_on_signals()
-    redis = RedisSettings(url=url) if prefix is None else RedisSettings(url=url, prefix=prefix)
-    connection = RedisConnection(redis)
-    relay = Relay(
-        AgentMessageContract(),
-        RedisInboxStore(connection),
-        RedisRegistry(connection),
-        metrics=CollectorRegistry(),
-    )
-    async with (
-        relay,
-        Messenger(relay, RedisDeliveryQueue(connection), delivery_settings(loaded)) as messenger,
-    ):
+    async with messenger_on(url, delivery_settings(loaded), prefix=prefix) as messenger:
         stopping: set[asyncio.Task[None]] = set()
         messaging: SessionMessaging | None = None
 
