@@ -133,16 +133,16 @@ async def workbench_figures(redis_url: str, *, samples: int = 200) -> dict[str, 
             config = write_config(tmp / "workbench.toml", entries, visibility_seconds=10)
             loaded = load(config, {**os.environ, **KEYS})
             sessions = TimedSessions()
-            stop = asyncio.Event()
+            stop, ready = asyncio.Event(), asyncio.Event()
             hosting = asyncio.create_task(
-                host(loaded, redis_url, tmp / "data", stop=stop, prefix=prefix, sessions=sessions)
+                host(
+                    loaded, redis_url, tmp / "data", stop=stop, prefix=prefix, sessions=sessions, ready=ready
+                )
             )
             async with messenger_on(redis_url, delivery_settings(loaded), prefix=prefix) as messenger:
                 relay = messenger.relay
                 try:
-                    if not await _until(
-                        lambda: len(sessions._sessions) == len(entries) or hosting.done(), 180
-                    ):
+                    if not await _until(lambda: ready.is_set() or hosting.done(), 180):
                         raise RuntimeError("the sessions did not open in 180 s")
                     if hosting.done():
                         hosting.result()

@@ -105,9 +105,11 @@ async def host(
     stop: asyncio.Event | None = None,
     prefix: str | None = None,
     sessions: WorkbenchSessions | None = None,
+    ready: asyncio.Event | None = None,
 ) -> int:
-    """Host ``loaded``'s sessions until ``stop`` is set (default: SIGINT/SIGTERM). ``prefix`` (the
-    store's key prefix) and ``sessions`` are for tests and the benchmark."""
+    """Host ``loaded``'s sessions until ``stop`` is set (default: SIGINT/SIGTERM); ``ready`` is set once
+    every agent is registered. ``prefix`` (the store's key prefix) and ``sessions`` are for tests and
+    the benchmark."""
     stop = stop or _stop_on_signals()
     async with messenger_on(url, delivery_settings(loaded), prefix=prefix) as messenger:
         stopping: set[asyncio.Task[None]] = set()
@@ -146,6 +148,8 @@ async def host(
                     redacted(url),
                     ", ".join(f"{s.agent} ({name})" for name, s in planned),
                 )
+                if ready is not None:
+                    ready.set()
                 await stop.wait()
                 log.info("stopping: delivery loops finish their current prompt")
         finally:

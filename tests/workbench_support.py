@@ -124,15 +124,16 @@ class Hosted:
 @contextlib.asynccontextmanager
 async def hosting(config: Path, url: str, prefix: str, data_dir: Path, agents: int) -> AsyncIterator[Hosted]:
     """``relay.workbench.host`` for ``config`` in this event loop, until the block ends; yields once
-    its ``agents`` sessions are open (registration follows at once)."""
+    its ``agents`` sessions are open and registered."""
     loaded = load(config, {**os.environ, **KEYS})
-    stop = asyncio.Event()
+    assert len(loaded.config.agent) == agents
+    stop, ready = asyncio.Event(), asyncio.Event()
     sessions = WorkbenchSessions()
-    task = asyncio.create_task(host(loaded, url, data_dir, stop=stop, prefix=prefix, sessions=sessions))
+    task = asyncio.create_task(
+        host(loaded, url, data_dir, stop=stop, prefix=prefix, sessions=sessions, ready=ready)
+    )
     try:
-        await eventually(
-            lambda: task.done() or len(sessions._sessions) == agents, 120, "the Workbench sessions open"
-        )
+        await eventually(lambda: task.done() or ready.is_set(), 120, "the Workbench agents registered")
         if task.done():
             task.result()
         yield Hosted(sessions, task)
