@@ -30,6 +30,7 @@ from relay.commands import (
     show,
     tail,
     thread,
+    workbench,
 )
 from relay.settings import SettingsError
 
@@ -48,6 +49,7 @@ COMMANDS = (
     tail,
     thread,
     dashboard,
+    workbench,
 )
 
 
