@@ -404,8 +404,9 @@ class INoticeStore(Protocol):
       reminds. A reminder is one notice, so reminders come at most once per interval.
     - A notice never acknowledges, never counts a delivery, never claims: what ``IInboxStore.fetch``
       returns (ids, order, ``deliveries``) is exactly what it would be without any wait.
-    - The caller's session is checked like a fetch's, before and after parking: a superseded
-      session's wait raises ``SessionSuperseded`` and moves no cursor.
+    - The caller's session is checked like a fetch's (one check for every store operation), before
+      and after parking: a superseded session's wait raises ``SessionSuperseded``, a session that
+      never registered ``SessionNotRegistered``, and neither moves a cursor.
     - A parked wait holds no store connection of its own; it is woken like a parked fetch (a send, a
       requeue, a new registration) and shares the fetches' caps (``max_waits_per_agent`` per agent,
       ``max_waits`` in all; one more raises ``TooManyWaits`` at once). Closing the store answers every
@@ -424,7 +425,7 @@ class INoticeStore(Protocol):
         Returns at once when something is to be announced (new envelopes, or a reminder falling due),
         else when it is, else an empty ``Notice`` after ``seconds``. ``listed`` caps ``envelopes``.
         Raises:
-            UnregisteredAgent, SessionSuperseded, TooManyWaits, BackendUnavailable; the cursor is
-            unchanged when any is raised.
+            UnregisteredAgent, SessionSuperseded, SessionNotRegistered, TooManyWaits,
+            BackendUnavailable; the cursor is unchanged when any is raised.
         """
         ...

@@ -342,7 +342,8 @@ class Relay(Generic[Body]):
         Read-only for the inbox: nothing is acknowledged, no delivery is counted, fetch results are
         unchanged (``broker.ports.INoticeStore``). Parks like a blocking fetch, under the same caps.
         Raises:
-            InvalidArgument, UnregisteredAgent, SessionSuperseded, TooManyWaits, BackendUnavailable.
+            InvalidArgument, UnregisteredAgent, SessionSuperseded, SessionNotRegistered, TooManyWaits,
+            BackendUnavailable.
         """
         self._check_running()
         check_agent_id(agent)

@@ -14,10 +14,7 @@ from broker.errors import (
     IdempotencyConflict,
     InboxFull,
     RateLimited,
-    SessionNotRegistered,
-    SessionSuperseded,
     UnknownRecipient,
-    UnregisteredAgent,
 )
 from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
 from broker.ports import (
@@ -25,7 +22,6 @@ from broker.ports import (
     Appended,
     Fetched,
     MessageStatus,
-    Registration,
     SendOptions,
     StoredEnvelope,
 )
@@ -42,16 +38,6 @@ class MemoryInboxStore(MemoryStore):
             return sum(self.state.parked.values())
         return self.state.parked.get(agent, 0)
 
-    def _caller(self, agent: str, session: str | None) -> Registration:
-        registration = self.state.registrations.get(agent)
-        if registration is None:
-            raise UnregisteredAgent(agent)
-        if session is not None and registration.session != session:
-            if session in self.state.superseded.get(agent, ()):
-                raise SessionSuperseded(agent, session)
-            raise SessionNotRegistered(agent, session)
-        return registration
-
     async def append(
         self,
         sender: str,
@@ -62,7 +48,7 @@ class MemoryInboxStore(MemoryStore):
         sender_session: str | None = None,
         options: SendOptions = _NO_OPTIONS,
     ) -> Appended:
-        origin = self._caller(sender, sender_session)
+        origin = self.state.caller(sender, sender_session)
         state = self.state
         claim = None
         if options.idempotency_key is not None:
@@ -118,7 +104,7 @@ class MemoryInboxStore(MemoryStore):
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
     ) -> Fetched:
-        self._caller(agent, session)
+        self.state.caller(agent, session)
         self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
         dropped = self._drop(agent, inbox)
@@ -133,7 +119,7 @@ class MemoryInboxStore(MemoryStore):
                         )
             finally:
                 self.state.unpark(agent)
-            self._caller(agent, session)
+            self.state.caller(agent, session)
             dropped += self._drop(agent, inbox)
         out: list[StoredEnvelope] = []
         for entry in list(inbox.entries.values())[:limit]:
@@ -168,7 +154,7 @@ class MemoryInboxStore(MemoryStore):
     async def status(
         self, sender: str, ids: Sequence[str], *, session: str | None = None
     ) -> list[MessageStatus]:
-        self._caller(sender, session)
+        self.state.caller(sender, session)
         state = self.state
         now, retention = state.clock(), state.status_retention_ms
         mine = state.sent.get(sender, {})
@@ -207,7 +193,7 @@ class MemoryInboxStore(MemoryStore):
         return session is not None and (registration is None or registration.session != session)
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
-        self._caller(agent, session)
+        self.state.caller(agent, session)
         self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.get(agent)
         acknowledged: list[str] = []

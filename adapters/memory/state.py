@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from broker.delivery import DeadLetter
 from broker.envelope import Tier, from_ms, now_ms
-from broker.errors import TooManyWaits
+from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
 from broker.ids import encode_envelope_id
 from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
 from broker.ports import Appended, Registration, StoredEnvelope
@@ -110,6 +110,18 @@ class MemoryState:
             last_seen=None if seen is None else from_ms(seen),
             superseded=tuple(self.superseded.get(agent, ())),
         )
+
+    def caller(self, agent: str, session: str | None) -> Registration:
+        """``agent``'s registration when ``session`` may act for it (None = do not check): the one
+        session check of the memory stores (as ``lua/_session.lua``)."""
+        registration = self.registrations.get(agent)
+        if registration is None:
+            raise UnregisteredAgent(agent)
+        if session is not None and registration.session != session:
+            if session in self.superseded.get(agent, ()):
+                raise SessionSuperseded(agent, session)
+            raise SessionNotRegistered(agent, session)
+        return registration
 
     def appended(self, agent: str, entry: MemoryEntry) -> None:
         for queue in self.followers:

@@ -1,7 +1,7 @@
 -- _session.lua: the one session check, prepended to the scripts that act for a caller's session
--- (fetch, ack, send_check; adapters/redis/scripts.py). A registration hash holds 'session' (the
--- live one) and 'superseded' (sessions it replaced, newest first, space-separated, as many as
--- register.lua keeps). Session ids never contain spaces (broker/ids.py).
+-- (fetch, ack, send_check, status_index, notice; adapters/redis/scripts.py). A registration hash
+-- holds 'session' (the live one) and 'superseded' (sessions it replaced, newest first,
+-- space-separated, as many as register.lua keeps). Session ids never contain spaces (broker/ids.py).
 -- nil when `caller` may act ("" = do not check), else the error reply to return:
 -- RELAY_UNREGISTERED (no registration), RELAY_SUPERSEDED (`caller` was replaced by a newer session),
 -- RELAY_SESSION_UNREGISTERED (`caller` never registered: another session holds the registration).

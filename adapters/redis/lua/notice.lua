@@ -9,13 +9,12 @@
 -- Times are Redis's (TIME), so every worker agrees.
 -- Returns {count, unacknowledged, reminder (1|0), ms until a reminder is due (-1 = none),
 --          {{entry id, {field, value, ...}}, ...} (the oldest announced, at most ARGV[3])}.
--- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED.
-local registered = redis.call('HGET', KEYS[1], 'session')
-if not registered then
-  return redis.error_reply('RELAY_UNREGISTERED')
-end
-if registered ~= ARGV[1] then
-  return redis.error_reply('RELAY_SUPERSEDED')
+-- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
+-- (_session.lua).
+local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
+local refused = session_refusal(registered[1], registered[2], ARGV[1])
+if refused then
+  return refused
 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
