@@ -40,6 +40,10 @@ MAX_STATUS_IDS = 256
 """Envelope ids one status request takes at most."""
 SWEEP_BATCH = 256
 """The oldest envelopes of each inbox one background sweep looks at."""
+SWEEP_PAGE = 1000
+"""Registrations a sweep reads at a time while it walks every agent."""
+SWEEP_MAX_PAGES = 10_000
+"""Pages one sweep walks at most (ten million agents): the walk ends even if the directory keeps growing."""
 
 
 def check_fetch_limit(limit: object) -> int:

@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from broker.envelope import now_ms
-from broker.errors import IdempotencyConflict, InvalidArgument, RateLimited, UnknownRecipient
+from broker.errors import IdempotencyConflict, InboxFull, InvalidArgument, RateLimited, UnknownRecipient
 from broker.limits import DEFAULT_STATUS_RETENTION_MS, MAX_STATUS_IDS, MAX_TTL_MS
 from broker.testing.base import ConformanceBase, Limits
 
@@ -151,6 +151,23 @@ class DeliveryConformance(ConformanceBase[Body]):
             (status,) = await relay.status("alice", [gone.id])
             assert (status.state, status.deliveries) == ("expired", 0)
             assert [e.id for e in await relay.fetch("bob", 16)] == [kept.id]
+
+    async def test_the_sweep_reaches_every_agent(self) -> None:
+        clock = FakeClock()
+        async with self.make_relays(1, Limits(inbox_cap=5, clock=clock)) as (relay,):
+            agents = [f"agent-{i:04d}" for i in range(1002)]
+            for start in range(0, len(agents), 100):
+                chunk = agents[start : start + 100]
+                await asyncio.gather(*(self._agents(relay, agent) for agent in chunk))
+            last = agents[-1]  # sorts after the first thousand registrations
+            for n in range(5):
+                await relay.send(agents[0], last, self.body(n), ttl_ms=1000)
+            with pytest.raises(InboxFull):
+                await relay.send(agents[0], last, self.body(5))
+            clock.advance(1500)
+            assert await relay.sweep() == 5
+            sent = await relay.send(agents[0], last, self.body(6))
+            assert [e.id for e in await relay.fetch(last, 16)] == [sent.id]
 
     # -- poison limit ---------------------------------------------------------------------------------
 
