@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from adapters.memory.state import PRUNE_EVERY, MemoryEntry, MemoryInbox, MemoryStore
+from adapters.memory.state import PRUNE_EVERY, MemoryEntry, MemoryInbox, MemoryStore, Outcome
 from broker.envelope import Tier, now_ms, widest
 from broker.errors import (
     IdempotencyConflict,
@@ -17,6 +17,7 @@ from broker.errors import (
     UnknownRecipient,
 )
 from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
+from broker.limits import REQUEUE_LINEAGE
 from broker.ports import (
     AckOutcome,
     Appended,
@@ -166,24 +167,33 @@ class MemoryInboxStore(MemoryStore):
                 out.append(MessageStatus(envelope_id, "unknown"))
                 continue
             to, sent_at_ms = noted
-            inbox = state.inboxes.get(to)
-            entry = inbox.entries.get((ms, seq)) if inbox is not None else None
+            found = self._whereabouts(to, (ms, seq), nonce, now)
+            if found is None:
+                out.append(MessageStatus(envelope_id, "unknown"))
+            else:
+                out.append(MessageStatus(envelope_id, found[0], to, found[1], sent_at_ms, found[2]))
+        return out
+
+    def _whereabouts(
+        self, to: str, position: tuple[int, int], nonce: str, now: int
+    ) -> tuple[str, int, str | None] | None:
+        """(state, deliveries, reason) of the envelope at ``position`` with ``nonce`` in ``to``'s
+        inbox, following requeues (as ``lua/status.lua``); None when it is not known there."""
+        inbox = self.state.inboxes.get(to)
+        outcomes = self.state.outcomes.get(to, {})
+        for _ in range(REQUEUE_LINEAGE + 1):
+            entry = inbox.entries.get(position) if inbox is not None else None
             if entry is not None and entry.nonce == nonce:
                 if entry.expires_at_ms is not None and entry.expires_at_ms <= now:
-                    state_, deliveries, reason = "expired", entry.deliveries, "expired"
-                else:
-                    state_, deliveries, reason = (
-                        ("delivered" if entry.deliveries else "queued"),
-                        entry.deliveries,
-                        None,
-                    )
-            elif nonce in state.outcomes.get(to, {}):
-                deliveries, why = state.outcomes[to][nonce]
-                state_, reason = ("expired" if why == "expired" else "dead_lettered"), why
-            else:
-                state_, deliveries, reason = "acknowledged", None, None
-            out.append(MessageStatus(envelope_id, state_, to, deliveries, sent_at_ms, reason))
-        return out
+                    return "expired", entry.deliveries, "expired"
+                return ("delivered" if entry.deliveries else "queued"), entry.deliveries, None
+            outcome = outcomes.get(nonce)
+            if outcome is None or outcome.position != position:
+                return None
+            if outcome.requeued_as is None:
+                return outcome.state, outcome.attempts, outcome.reason
+            position, nonce = outcome.requeued_as
+        return None
 
     def _look_again(self, inbox: MemoryInbox, agent: str, session: str | None) -> bool:
         """Whether a parked fetch wakes: mail arrived, the store closes, or its session was replaced."""
@@ -204,6 +214,7 @@ class MemoryInboxStore(MemoryStore):
             entry = inbox.entries.get((ms, seq)) if inbox is not None else None
             if inbox is not None and entry is not None and entry.nonce == nonce and entry.deliveries > 0:
                 del inbox.entries[(ms, seq)]
+                self.state.left(agent, entry.nonce, Outcome(entry.position, entry.deliveries, "acknowledged"))
                 acknowledged.append(envelope_id)
                 origins.append((entry.sender, entry.tier))
             else:

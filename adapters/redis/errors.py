@@ -84,8 +84,7 @@ def store_error(exc: BaseException) -> RelayError:
     for kind, condition, meaning in _NOT_READY:
         if isinstance(exc, kind):
             return BackendUnavailable(
-                f"the message store is not ready ({condition}: {meaning}); nothing was written; retry "
-                "shortly"
+                f"the message store is not ready ({condition}: {meaning}); nothing was written; retry shortly"
             )
     if isinstance(exc, RedisConnectionError | OSError):
         return BackendUnavailable(f"the message store is unavailable ({type(exc).__name__}); retry shortly")

@@ -31,6 +31,7 @@ _PRELUDES = {
     "sweep": ("_entry",),
     "send": ("_entry", "_session"),
     "notice": ("_session",),
+    "requeue": ("_entry",),
 }
 
 

@@ -35,6 +35,13 @@ class FakeClock:
         self.now += ms
 
 
+def forge(envelope_id: str, place: int) -> str:
+    """``envelope_id`` with one character of its stream position changed (``place`` 4-13: the
+    milliseconds, 14-19: the sequence number): the same nonce at another position."""
+    digit = "1" if envelope_id[place] != "1" else "2"
+    return envelope_id[:place] + digit + envelope_id[place + 1 :]
+
+
 class DeliveryConformance(ConformanceBase[Body]):
     """The delivery-rule tests; a backend runs them through ``RelayConformance``."""
 
@@ -206,7 +213,7 @@ class DeliveryConformance(ConformanceBase[Body]):
             await one.fetch("bob", 16)
             assert await state() == ("delivered", 2)
             await one.ack("bob", [sent.id])
-            assert await state() == ("acknowledged", None)
+            assert await state() == ("acknowledged", 2)  # the hand-outs are kept after the ack
             for asker in ("bob", "mallory"):
                 (other,) = await one.status(asker, [sent.id])
                 assert (other.state, other.to, other.deliveries, other.sent_at_ms) == (
@@ -226,6 +233,27 @@ class DeliveryConformance(ConformanceBase[Body]):
             assert [s.state for s in statuses] == ["queued", "unknown", "queued"]
             clock.advance(DEFAULT_STATUS_RETENTION_MS + 60_000)
             assert [s.state for s in await relay.status("alice", [sent.id])] == ["unknown"]
+
+    async def test_the_senders_own_nonce_at_another_position_is_unknown(self) -> None:
+        async with self.make_relays(1, Limits(max_deliveries=1)) as (relay,):
+            await self._agents(relay, "alice", "bob")
+            acked = await relay.send("alice", "bob", self.body(1))
+            poison = await relay.send("alice", "bob", self.body(2))
+            queued = await relay.send("alice", "bob", self.body(3))
+            await relay.fetch("bob", 2)
+            await relay.ack("bob", [acked.id])
+            await relay.fetch("bob", 16)  # poison is dead-lettered instead of handed out again
+            real = await relay.status("alice", [acked.id, poison.id, queued.id])
+            assert [s.state for s in real] == ["acknowledged", "dead_lettered", "delivered"]
+            forged = [forge(sent.id, place) for sent in (acked, poison, queued) for place in (13, 19)]
+            for status in await relay.status("alice", forged):
+                assert (status.state, status.to, status.deliveries, status.sent_at_ms, status.reason) == (
+                    "unknown",
+                    None,
+                    None,
+                    None,
+                    None,
+                ), status
 
     async def test_status_requests_are_bounded(self) -> None:
         async with self.make_relays(1) as (relay,):

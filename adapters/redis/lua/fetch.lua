@@ -1,9 +1,9 @@
 -- fetch.lua: the caller's unacknowledged envelopes, oldest first: pending ones, then new ones.
 -- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] dead-letter stream
--- KEYS[4] outcome hash (status of dead-lettered envelopes)   KEYS[5] per-agent counts hash
+-- KEYS[4] outcome hash of the day (the senders' status)   KEYS[5] per-agent counts hash
 -- ARGV[1] session ("" = do not check)   ARGV[2] consumer group   ARGV[3] consumer name   ARGV[4] count
 -- ARGV[5] now (ms since the epoch)   ARGV[6] max deliveries (0 = no limit)   ARGV[7] dead_at (ISO-8601)
--- ARGV[8] status retention in ms (0 = no outcome records)
+-- ARGV[8] when outcome records expire (ms since the epoch; 0 = no records)
 -- An entry whose expires_at has passed is never handed out: it moves to the dead letters with reason
 -- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
 -- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash.
