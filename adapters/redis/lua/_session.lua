@@ -17,3 +17,12 @@ local function session_refusal(live, superseded, caller)
   end
   return redis.error_reply('RELAY_SESSION_UNREGISTERED')
 end
+-- record seen_at (ms of Redis TIME) in the registration hash: the agent's last fetch or acknowledgement.
+-- Bookkeeping, so it never stands in the way: called after the script's real work, and skipped when
+-- Redis refuses it (at maxmemory Redis refuses a script's first write that adds memory; XREADGROUP,
+-- XACK and XDEL are not such writes, so a fetch or an acknowledgement still runs, and after them this
+-- write is let through too).
+local function note_seen(registration)
+  local now = redis.call('TIME')
+  redis.pcall('HSET', registration, 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
+end

@@ -7,15 +7,14 @@
 -- it is then deleted (XDEL), so acknowledged envelopes never accumulate, and its outcome is recorded
 -- with its delivery count ('acked', _entry.lua) for its sender's status.
 -- Returns per pair {from, tier} of the envelope when acknowledged, or 0 when unknown.
--- Records seen_at (ms of Redis TIME) in the registration hash: the agent's last acknowledgement.
+-- Records seen_at (note_seen, _session.lua). Works at maxmemory: XACK and XDEL come first, and Redis
+-- does not refuse them there (they free memory); the outcome records after them are let through too.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
 local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
-local now = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
 local out = {}
 for i = 4, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
@@ -31,4 +30,5 @@ for i = 4, #ARGV, 2 do
   end
   out[#out + 1] = result
 end
+note_seen(KEYS[1])
 return out

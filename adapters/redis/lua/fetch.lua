@@ -7,7 +7,8 @@
 -- An entry whose expires_at has passed is never handed out: it moves to the dead letters with reason
 -- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
 -- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash.
--- Records seen_at (ms of Redis TIME) in the registration hash: the agent's last fetch.
+-- Records seen_at (note_seen, _session.lua). Works at maxmemory: its first writes are XREADGROUP's,
+-- which Redis does not refuse there (the dead-letter moves after them are let through too).
 -- Returns {rows, dropped}: rows is a flat list, for each entry {id, {field, value, ...}, deliveries,
 -- first (1|0)}; dropped is a flat list of tier, reason for every entry moved to the dead letters.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
@@ -16,8 +17,6 @@ local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
-local server_time = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'seen_at', server_time[1] * 1000 + math.floor(server_time[2] / 1000))
 local group, consumer, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
 local function read(from, n)
@@ -89,4 +88,5 @@ for _ = 1, 8 do
   end
   exhausted = not moved
 end
+note_seen(KEYS[1])
 return {out, dropped}
