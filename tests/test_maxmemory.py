@@ -70,6 +70,9 @@ async def test_a_store_at_maxmemory_is_drained_and_sends_resume(small_redis: Emb
                 )
             assert (woken.status_code, woken.json()["count"]) == (200, len(sent)), woken.text
 
+            (queued,) = data(await alice.call_tool("GetMessageStatus", {"ids": sent[:1]}))["statuses"]
+            assert queued["state"] == "queued"
+
             drained: list[str] = []
             for _ in range(len(sent)):  # one envelope a round at least, or the test fails
                 got = data(await bob.call_tool("FetchAgentInbox", {"limit": 16}))["envelopes"]
