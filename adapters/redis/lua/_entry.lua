@@ -69,12 +69,16 @@ local function entry_of(envelope)
 end
 -- record how an envelope left its inbox, for its sender's status: in `outcomes` (the hash of the day)
 -- nonce -> "<entry id> <attempts> <how>", how being 'acked', 'expired', 'dead <reason>' or
--- 'requeued <new entry id> <new nonce>'; kept until `until_ms` (ms since the epoch; '0' = keep none)
-local function entry_outcome(outcomes, until_ms, nonce, value)
-  if until_ms ~= '0' then
-    redis.call('HSET', outcomes, nonce, value)
+-- 'requeued <new entry id> <new nonce>'; kept until `until_ms` (ms since the epoch; '0' = keep none);
+-- entry_outcomes writes several at once (`records`: nonce, value, ...)
+local function entry_outcomes(outcomes, until_ms, records)
+  if until_ms ~= '0' and #records > 0 then
+    redis.call('HSET', outcomes, unpack(records))
     redis.call('PEXPIREAT', outcomes, until_ms)
   end
+end
+local function entry_outcome(outcomes, until_ms, nonce, value)
+  entry_outcomes(outcomes, until_ms, {nonce, value})
 end
 -- move entry {id, fields} of `inbox` to the dead-letter stream `dead` (envelope_id, the readable
 -- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, and record the outcome for the

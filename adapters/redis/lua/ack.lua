@@ -15,20 +15,23 @@ local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
-local out = {}
+local out, records = {}, {}
 for i = 4, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
   local fields = entry_with_nonce(KEYS[2], id, nonce)
   local result = 0
   if fields then
     local row = redis.call('XPENDING', KEYS[2], ARGV[2], id, id, 1)[1]
-    if row and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
+    local count = row and row[4]
+    if count and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
       redis.call('XDEL', KEYS[2], id)
-      entry_outcome(KEYS[3], ARGV[3], nonce, id .. ' ' .. row[4] .. ' acked')
+      records[#records + 1] = nonce
+      records[#records + 1] = id .. ' ' .. count .. ' acked'
       result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}
     end
   end
   out[#out + 1] = result
 end
+entry_outcomes(KEYS[3], ARGV[3], records)
 note_seen(KEYS[1])
 return out
