@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from adapters.redis.inspect import running_server_url
+from adapters.redis.inspect import process_alive, running_server_url
 
 STATE_FILE: Final = "relay-serve.json"
 
@@ -46,7 +46,7 @@ def running(data_dir: Path) -> Running | None:
         return None
     pid = state.get("pid") if isinstance(state, dict) else None
     url = state.get("url") if isinstance(state, dict) else None
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not _alive(pid):
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not process_alive(pid):
         return None
     if running_server_url(data_dir) is None:
         return None
@@ -69,13 +69,3 @@ def withdraw(data_dir: Path) -> None:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         if json.loads(path.read_text()).get("pid") == os.getpid():
             path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, someone else's
-    return True
