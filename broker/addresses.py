@@ -214,10 +214,11 @@ def default_providers() -> Providers:
     return Providers([WorkbenchAddress, ClaudeCodeAddress, HumanAddress, RemoteAddress])
 
 
-def host_providers(*, humans: bool = False) -> Providers:
-    """What the agent MCP endpoint accepts: host-tier addresses only; ``human`` too when ``humans``
-    (the endpoint is served on a loopback listener)."""
-    return Providers([ClaudeCodeAddress, HumanAddress] if humans else [ClaudeCodeAddress])
+def host_providers() -> Providers:
+    """What the agent MCP endpoint accepts: host-tier agent addresses only. ``human`` is not one of
+    them: people are registered by the fronts made for them (``relay send``, the dashboard), never by
+    an agent's call."""
+    return Providers([ClaudeCodeAddress])
 
 
 def network_providers() -> Providers:

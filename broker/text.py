@@ -4,7 +4,8 @@ way to a human: terminal output, error messages and log lines.
 Characters that are not printable (controls such as newline and ESC, line and paragraph separators,
 format characters such as bidi overrides) become Python escapes (``\\n``, ``\\x1b``, ``\\u202e``), and a
 backslash is doubled, so escaped text can neither forge a line or a table row, nor drive the terminal,
-nor pass off an escape as one of relay's own.
+nor pass off an escape as one of relay's own. ``counted`` is the one way a count and its noun are
+written ("1 agent", "2 agents").
 """
 
 from __future__ import annotations
@@ -27,3 +28,9 @@ def shown(text: str, limit: int = SHOWN_CHARS) -> str:
     """``text`` cut to ``limit`` characters (an ellipsis marks the cut) and escaped."""
     cut = text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
     return escaped(cut)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 agent``, ``0 agents``, ``2 agents``: ``count`` and ``noun``, in the plural (``plural``, else
+    ``noun`` + s) unless ``count`` is 1."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from importlib.metadata import PackageNotFoundError, version
 
 from broker.errors import InvalidArgument, RelayError
 from broker.front.key_file import KeyFileError
@@ -14,6 +14,7 @@ from relay.commands import (
     EXIT_RUNTIME,
     EXIT_USAGE,
     Handler,
+    Parser,
     UsageError,
     agents,
     claude_code,
@@ -52,21 +53,15 @@ COMMANDS = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors print one line, like every other error."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"relay: error: {message}; see `{self.prog} --help`\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="relay",
         description="relay: a Redis-backed broker that lets AI agents message each other over an\n"
         "authenticated MCP endpoint. Run `relay COMMAND --help` for a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"relay {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(subparsers)
     return parser
@@ -83,6 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), EXIT_RUNTIME)
     except RelayError as exc:
         return _fail(exc.message, EXIT_RUNTIME)
+
+
+def _version() -> str:
+    try:
+        return version("relay")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
 
 
 def _fail(message: str, code: int) -> int:

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from adapters.redis.gauges import InboxGauges
-from adapters.redis.inspect import redacted
+from adapters.redis.inspect import redacted, running_server_url
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import is_loopback_host
 from broker.agent_message import AgentMessage, AgentMessageContract
@@ -30,7 +30,7 @@ from broker.front.tools import ToolOptions
 from broker.front.ui.api import Dashboard
 from broker.relay import Relay
 from relay import dashboard as dashboard_wiring
-from relay import logs
+from relay import logs, running
 from relay.commands.keys import data_key_file, ensure_key_file
 from relay.http_limits import allow_open_files, protocol_for
 from relay.network import check_network, network_server, start_webhooks
@@ -52,6 +52,8 @@ SWEEP_SECONDS = 30.0
 def run(settings: ServeSettings) -> int:
     """Run ``relay serve`` with parsed settings; returns the process exit code."""
     logs.configure(settings.log_format, settings.log_level)
+    if settings.redis_url is None:
+        _check_not_running(settings.data_dir.absolute())
     _check_listen_address(settings)
     allow_open_files(settings.max_connections)
     check_network(settings)
@@ -70,6 +72,12 @@ def run(settings: ServeSettings) -> int:
             ) from exc
         url = embedded.url
         log.info("using %s", embedded.describe(), extra={"url": url, "data_dir": str(embedded.data_dir)})
+        try:
+            running.announce(
+                settings.data_dir.absolute(), running.client_url(settings.host, settings.port, settings.uds)
+            )
+        except OSError as exc:  # only the hints of other commands depend on it
+            log.warning("could not record this relay in %s: %s", settings.data_dir.absolute(), exc)
     else:
         log.info("using Redis at %s (no embedded server started)", redacted(url))
     # uvicorn drains in-flight requests on SIGINT/SIGTERM, restores the handlers it found and re-raises
@@ -86,6 +94,7 @@ def run(settings: ServeSettings) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if embedded is not None:
+            running.withdraw(settings.data_dir.absolute())
             embedded.stop()
             log.info("embedded server stopped")
     return 0
@@ -125,10 +134,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             max_body_bytes=settings.max_body_bytes,
             allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
             before_metrics=gauges.refresh,
-            tool_options=ToolOptions(
-                directory=settings.directory == "on",
-                humans=settings.uds is not None or is_loopback_host(settings.host),
-            ),
+            tool_options=ToolOptions(directory=settings.directory == "on"),
             dashboard=dashboard,
         )
         config = uvicorn.Config(
@@ -281,6 +287,24 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
+
+
+def _check_not_running(data_dir: Path) -> None:
+    """A second ``relay serve`` on the data dir of a running one is refused before anything starts,
+    naming the running one."""
+    found = running.running(data_dir)
+    if found is not None:
+        on = f" on {found.url}" if found.url else ""
+        raise SettingsError(
+            f"relay is already running here: relay serve pid {found.pid}{on} uses the data dir {data_dir}; "
+            f"use that one, stop it first (Ctrl-C where it runs, or `kill {found.pid}`), or give this one "
+            "its own --data-dir"
+        )
+    if running_server_url(data_dir) is not None:
+        raise SettingsError(
+            f"another relay serve is using the data dir {data_dir} (its embedded server runs); use that "
+            "relay, stop it first, or give this one its own --data-dir"
+        )
 
 
 def _check_listen_address(settings: ServeSettings) -> None:

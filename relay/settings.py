@@ -318,10 +318,10 @@ def store_url(settings: StoreSettings, command: str) -> str:
     if found is not None:
         return found
     raise SettingsError(
-        f"relay {command} found no embedded server running from the data dir {settings.data_dir.absolute()} "
-        f"(`relay serve` without --redis-url starts one there): run it from the folder relay serve runs "
-        f"in, or pass {option('data_dir')} DIR, or pass --redis-url redis://HOST:PORT/DB (or set "
-        f"{variable('redis_url')}) for the Redis relay serve uses"
+        f"relay is not running here, so `relay {command}` has nothing to read: no relay serve runs from "
+        f"the data dir {settings.data_dir.absolute()}. Start it in this folder (`relay serve`), or name "
+        f"the store of a relay that runs elsewhere: {option('data_dir')} DIR (its data dir) or --redis-url "
+        f"redis://HOST:PORT/DB (or set {variable('redis_url')}) for the Redis it uses"
     )
 
 

@@ -29,7 +29,8 @@ from broker.ports import StoredEnvelope
 from broker.text import escaped
 from relay.claude_code import relay_http
 from relay.commands.keys import data_key_file, default_url
-from relay.settings import ShellSettings, store_url
+from relay.running import running
+from relay.settings import ShellSettings, store_named, store_url
 
 if TYPE_CHECKING:
     from broker.agent_message import AgentMessageContract
@@ -39,13 +40,21 @@ TOKEN_TTL_SECONDS = 120
 
 
 @contextlib.asynccontextmanager
-async def operator_view(settings: ShellSettings, command: str) -> AsyncIterator[RedisOperatorView]:
+async def operator_view(
+    settings: ShellSettings, command: str, *, agent: str | None = None
+) -> AsyncIterator[RedisOperatorView]:
     """The read-only operator queries on the Redis ``relay serve`` uses; Redis trouble is one
-    ``BackendUnavailable`` naming the (redacted) URL."""
+    ``BackendUnavailable`` naming the (redacted) URL. With ``agent``, first the operator commands' one
+    refusal (``relay inspect``'s) when Redis holds nothing of that agent."""
     url = store_url(settings, command)
     view = RedisOperatorView(RedisConnection(RedisSettings(url=url)))
     await view.open()
     try:
+        if agent is not None:
+            (found,) = await view.inspector.inspect([agent])
+            if not found.exists:
+                registered = len(await view.inspector.directory.agents())
+                raise RelayError(unknown_agent(agent, registered, store_named(settings, redacted(url))))
         yield view
     except BackendUnavailable as exc:
         raise BackendUnavailable(
@@ -86,15 +95,41 @@ def call_tool(
             ) from None
         raise
     except relay_http.Unavailable as exc:
+        if settings.url is None:
+            raise RelayNotRunning(
+                f"relay is not running here: nothing answers at {base_url(settings)} ({exc}), and no relay "
+                f"serve runs from the data dir {settings.data_dir.absolute()}; start it in this folder "
+                "(`relay serve`), or pass --url (or set RELAY_URL) for a relay that runs elsewhere"
+            ) from None
         raise RelayNotRunning(
             f"cannot reach relay at {base_url(settings)} ({exc}); is relay serve running there "
             "(--url or RELAY_URL)?"
         ) from None
 
 
+def unknown_agent(agent: str, registered: int, store: str) -> str:
+    """The one "not registered" refusal of the commands that read the store (inspect, dead-letters,
+    show, read, tail)."""
+    if registered == 0:
+        return (
+            f"agent {agent!r} is not registered at {store}, which holds no agent at all: is it the store "
+            f"relay serve uses? (pass --data-dir or --redis-url to name that one)"
+        )
+    return (
+        f"agent {agent!r} is not registered at {store} and has no inbox or dead letters; `relay inspect` "
+        "lists the registered agents"
+    )
+
+
 def base_url(settings: ShellSettings) -> str:
-    """``--url``, else where ``relay serve`` started with this environment listens."""
-    return settings.url or default_url().removesuffix(MCP_PATH)
+    """``--url``, else the URL of the ``relay serve`` running from the data dir, else where ``relay
+    serve`` started with this environment listens."""
+    if settings.url is not None:
+        return settings.url
+    found = running(settings.data_dir.absolute())
+    if found is not None and found.url is not None:
+        return found.url
+    return default_url().removesuffix(MCP_PATH)
 
 
 def key_file(settings: ShellSettings) -> Path:
@@ -153,9 +188,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 def message_of(envelope: StoredEnvelope) -> dict[str, Any]:
     """The envelope's body as agents get it (``kind``, ``text``, ``in_reply_to``, ``reference``), or
     its raw fields when they are not a valid message (written by hand)."""
-    contract = _contract()
+    codec = contract()
     try:
-        return contract.to_json(contract.from_fields(envelope.fields))
+        return codec.to_json(codec.from_fields(envelope.fields))
     except (RelayError, ValueError, KeyError):
         return dict(envelope.fields)
 
@@ -194,7 +229,7 @@ def envelope_text(envelope: StoredEnvelope, now_ms: int, *, indent: str = "") ->
 
 
 @functools.cache
-def _contract() -> AgentMessageContract:
+def contract() -> AgentMessageContract:
     # imported on first use: the contract loads protovalidate (about half a second), which `relay
     # agents` and every other command that shows no message text should not pay for at start-up
     from broker.agent_message import AgentMessageContract

@@ -29,7 +29,7 @@ import pytest
 from broker.front.key_file import write_key_file
 from broker.testing.polling import wait_until
 from relay.claude_code.session import ClaudeProcess
-from relay.claude_code.summary import PREVIEW_CHARS, WHAT_TO_DO, escaped, summary
+from relay.claude_code.summary import PREVIEW_CHARS, WHAT_TO_DO, escaped, rearm, summary
 from tests.fake_anthropic import QuietHTTPServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,13 +227,15 @@ def test_new_mail_is_summarised_on_stderr_and_wakes_with_exit_2(
     assert headers["authorization"].startswith("Bearer v1.")
 
 
-def test_nothing_new_until_the_timeout_exits_0_and_says_nothing(
+def test_nothing_new_until_the_timeout_wakes_the_session_once_to_be_armed_again(
     tmp_path: Path, relay_stub: ScriptedRelay, key: Path, claude: subprocess.Popen[bytes]
 ) -> None:
     started = time.monotonic()
     code, out, err = _finish(_hook(tmp_path, *_wait_args(relay_stub, key, claude, timeout=2)), 30)
 
-    assert (code, err) == (0, "") and "timeout passed" in out
+    assert (code, out) == (2, "")
+    assert err.strip() == rearm("author", 2) and err.startswith("relay: no new mail for author in 2 s.")
+    assert "Nothing to do" in err
     assert 2 <= time.monotonic() - started < 15
     assert all(w["timeout_ms"] <= 2000 for w in relay_stub.waits())
 
@@ -266,7 +268,7 @@ def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(
         elsewhere.close()
 
 
-def test_a_relay_that_is_down_is_retried_quietly_and_never_wakes(
+def test_a_relay_that_is_down_is_retried_quietly_and_wakes_only_to_be_armed_again(
     tmp_path: Path, key: Path, claude: subprocess.Popen[bytes]
 ) -> None:
     closed = ScriptedRelay()
@@ -288,7 +290,7 @@ def test_a_relay_that_is_down_is_retried_quietly_and_never_wakes(
 
     code, _, err = _finish(_hook(tmp_path, *args), 30)
 
-    assert (code, err) == (0, "")
+    assert (code, err.strip()) == (2, rearm("author", 3))  # never an error in front of the model
 
 
 def test_5xx_and_garbage_are_retried_with_backoff_until_mail_comes(

@@ -206,3 +206,30 @@ def test_help(command: str | None) -> None:
     assert result.stderr == ""
     for word in HELP[command]:
         assert word in result.stdout, word
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = run_relay("--version")
+    assert result.returncode == 0 and result.stdout == f"relay {version('relay')}\n", result
+
+
+HOOK_WAIT = ["hook", "wait", "--url", "http://127.0.0.1:1/mcp/agent", "--key-file", "k", "--agent", "a"]
+MISTYPED = [
+    (["agents", "--jsn"], "`relay agents` has no option --jsn (did you mean --json?)", "relay agents", 2),
+    (["dead-letters", "list", "b", "--limti"], "(did you mean --limit?)", "relay dead-letters list", 2),
+    (["send", "--from", "a", "--to", "b", "--tll=5"], "--tll (did you mean --ttl?)", "relay send", 2),
+    (["--bogus", "agents"], "`relay` has no option --bogus", "relay", 2),
+    (["thread", "env_x", "extra"], "`relay thread` takes no further argument 'extra'", "relay thread", 2),
+    ([*HOOK_WAIT, "--claude-pid", "5", "--timout", "9"], "(did you mean --timeout?)", "relay hook wait", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "says", "command", "code"), MISTYPED)
+def test_a_mistyped_option_is_named_with_the_help_of_its_command(
+    args: list[str], says: str, command: str, code: int
+) -> None:
+    result = run_relay(*args)
+    assert result.returncode == code
+    assert assert_one_error_line(result, says).endswith(f"; see `{command} --help`")

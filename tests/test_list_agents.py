@@ -74,7 +74,7 @@ async def test_list_agents_refuses_what_its_schema_refuses(front: Front) -> None
             assert error["code"] == "invalid_argument" and error["violations"][0]["rule"], error
 
 
-async def test_the_human_provider_is_refused_where_the_front_does_not_accept_it(front: Front) -> None:
+async def test_the_human_provider_is_refused_to_agents(front: Front) -> None:
     async with front.client("ada", "shell") as ada:
         error = error_of(
             await ada.call_tool("RegisterAgentAddress", {"provider": "human", "endpoint": "ada"})
@@ -97,7 +97,7 @@ async def test_directory_off_hides_list_agents(tmp_path: Path, redis_url: str) -
             registered = await alice.call_tool(
                 "RegisterAgentAddress", {"provider": "human", "endpoint": "al"}
             )
-            assert not registered.is_error  # a loopback listener accepts people
+            assert registered.is_error  # people are registered by `relay send` and the dashboard only
             with pytest.raises(Exception, match="unknown tool"):
                 await alice.call_tool("ListAgents", {})
     finally:

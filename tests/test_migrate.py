@@ -57,12 +57,12 @@ async def test_migrate_is_idempotent_and_the_upgraded_relay_finds_its_data(redis
 
     dry = run_relay("migrate", "--redis-url", redis_url, "--prefix", keys.prefix, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "would delete the old agent index (4 ids); would create 1 missing inbox groups" in dry.stdout
+    assert "would delete the old agent index (4 ids); would create 1 missing inbox group" in dry.stdout
     assert sync.exists(keys.legacy_agents())
 
     first = run_relay("migrate", "--redis-url", redis_url, "--prefix", keys.prefix)
     assert first.returncode == 0, first.stderr
-    assert "deleted the old agent index (4 ids); created 1 missing inbox groups; 3 registered" in first.stdout
+    assert "deleted the old agent index (4 ids); created 1 missing inbox group; 3 registered" in first.stdout
     assert not sync.exists(keys.legacy_agents())
     assert sync.xinfo_groups(keys.inbox("carol"))[0]["name"] == GROUP
 
@@ -83,5 +83,6 @@ def test_migrate_needs_a_redis_url(tmp_path: Path) -> None:
     result = run_relay("migrate", "--data-dir", tmp_path / "no-server")
     assert result.returncode == 2
     assert (
-        "relay migrate found no embedded server running" in result.stderr and "--redis-url" in result.stderr
+        "relay is not running here, so `relay migrate` has nothing to read" in result.stderr
+        and "--redis-url" in result.stderr
     )

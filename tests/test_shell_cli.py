@@ -12,11 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from adapters.redis.server import EmbeddedRedis
+from broker.addresses import HUMAN_SESSION
 from broker.testing.polling import wait_until
-from tests.front_support import key_file
+from relay.entry import EXIT_READER_GONE
+from tests.front_support import error, key_file
 from tests.processes import REGISTER, ROOT, ServeProcess, ok_sync, run_relay
 
 HOSTILE = "\x1b[2J\x1b[31mred\x1b]0;pwned\x07 back\rspace\u202eevil\u200b\nsecond line"
@@ -119,7 +124,7 @@ def test_send_gets_every_check_an_agent_gets(relay: Relay) -> None:
     contract = relay.run("send", "--from", "ada", "--to", "carl", "--kind", "reply", "no in_reply_to")
     assert contract.returncode == 1 and "contract_violation" in contract.stderr
     taken = relay.run("send", "--from", "carl", "--to", "carl", "as an agent's id")
-    assert taken.returncode == 1 and "registered from another session" in taken.stderr
+    assert taken.returncode == 1 and "carl is an agent's id" in taken.stderr
     bad_kind = relay.run("send", "--from", "ada", "--to", "carl", "--kind", "shout", "x")
     assert bad_kind.returncode == 2 and "note, request, reply, status" in bad_kind.stderr
     bad_id = relay.run("send", "--from", "Not An Id", "--to", "carl", "x")
@@ -260,3 +265,127 @@ def test_shell_commands_need_redis_and_say_so(relay: Relay) -> None:
         assert result.returncode == 2 and "RELAY_REDIS_URL" in result.stderr, result
     down = run_relay("agents", "--redis-url", "redis://127.0.0.1:1/0")
     assert down.returncode == 1 and "cannot read Redis at redis://127.0.0.1:1/0" in down.stderr
+
+
+def test_send_never_speaks_for_an_agent(relay: Relay) -> None:
+    relay.agent("lars")
+    relay.agent("kira", session=HUMAN_SESSION)  # an agent whose session has the people's session name
+    refused = relay.run("send", "--from", "kira", "--to", "lars", "as kira")
+    assert refused.returncode == 1, refused
+    assert "kira is an agent's id (provider claudecode)" in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert relay.json("read", "--agent", "lars")["envelopes"] == []
+
+
+async def test_an_agent_cannot_register_as_a_person(relay: Relay) -> None:
+    from broker.front.key_file import load_key_file
+    from broker.front.tokens import agent_headers
+
+    headers = agent_headers(load_key_file(relay.key), "mimi", HUMAN_SESSION)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(relay.serve.url, http_client=http)) as mimi,
+    ):
+        refused = error(
+            await mimi.call_tool("RegisterAgentAddress", {"provider": "human", "endpoint": "mimi"})
+        )
+    assert refused["code"] == "invalid_address"
+    (violation,) = refused["violations"]
+    assert violation["field"] == "provider" and violation["rule"] == "provider.person"
+    assert "`relay send` and the dashboard" in violation["message"] and "'claudecode'" in violation["message"]
+    assert "mimi" not in {a["agent"] for a in relay.json("agents")["agents"]}
+
+
+def test_a_send_that_cannot_be_sent_registers_nobody(relay: Relay) -> None:
+    relay.agent("nils")
+    nobody = relay.run("send", "--from", "newbie", "--to", "nobody", "hi")
+    assert nobody.returncode == 1 and "unknown_recipient" in nobody.stderr, nobody
+    assert "recipient 'nobody' is not registered" in nobody.stderr
+    bad = relay.run("send", "--from", "newbie", "--to", "nils", "--kind", "reply", "no in_reply_to")
+    assert bad.returncode == 1 and "contract_violation" in bad.stderr, bad
+    for result in (nobody, bad):
+        assert "registered newbie" not in result.stderr and "Traceback" not in result.stderr
+    assert "newbie" not in {a["agent"] for a in relay.json("agents")["agents"]}
+
+
+def test_read_and_tail_of_an_agent_that_is_not_registered_say_so(relay: Relay) -> None:
+    for command in (
+        ["read", "--agent", "nobody"],
+        ["read", "--agent", "nobody", "--ack"],
+        ["tail", "nobody"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "relay", *command],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **relay.env},
+            capture_output=True,
+            text=True,
+            timeout=30,  # a tail that follows silently runs into it
+            check=False,
+        )
+        assert result.returncode == 1 and result.stdout == "", (command, result)
+        assert "relay: error: agent 'nobody' is not registered at redis://" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_send_takes_a_ttl_and_an_idempotency_key_like_the_tool(relay: Relay) -> None:
+    otto = relay.agent("otto")
+    args = ["send", "--from", "ada", "--to", "otto", "--ttl", "600", "--idempotency-key", "deploy-v2:1"]
+    first = relay.ok(*args, "ship it").strip()
+    again = relay.ok(*args, "ship it").strip()
+    assert again == first  # the retry stored nothing and answers with the first id
+    (envelope,) = ok_sync(relay.serve.url, otto, "FetchAgentInbox", {})["envelopes"]
+    assert envelope["id"] == first and "expires_at" in envelope
+    conflict = relay.run(*args, "another message")
+    assert conflict.returncode == 1 and "idempotency_conflict" in conflict.stderr, conflict
+    for flag, value, says in (
+        ("--ttl", "0", "outside 1..2592000 seconds"),
+        ("--ttl", "2592001", "outside 1..2592000 seconds"),
+        ("--idempotency-key", "two words", "is not a valid idempotency key"),
+        ("--idempotency-key", "k" * 129, "is not a valid idempotency key"),
+    ):
+        bad = relay.run("send", "--from", "ada", "--to", "otto", flag, value, "x")
+        assert bad.returncode == 2 and flag in bad.stderr and says in bad.stderr, bad
+        assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert len(relay.json("read", "--agent", "otto")["envelopes"]) == 1
+
+
+def test_no_traceback_when_the_reader_of_the_output_goes_away(relay: Relay) -> None:
+    relay.agent("pia")
+    envelope_id = relay.ok("send", "--from", "ada", "--to", "pia", "hello").strip()
+    for command in (
+        ["--help"],
+        ["--version"],
+        ["read", "--help"],
+        ["hook", "--help"],
+        ["agents"],
+        ["read", "--agent", "pia"],
+        ["thread", envelope_id],
+    ):
+        reader, writer = os.pipe()
+        os.close(reader)  # the reader is gone before the command writes anything
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "relay", *command],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT), **relay.env},
+                stdout=writer,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(writer)
+        assert result.stderr == "", (command, result.stderr)
+        # argparse's help and version writers ignore a closed output; everything else ends at the entry point
+        assert result.returncode == (0 if command[-1].startswith("--") else EXIT_READER_GONE), command
+
+
+def test_counts_are_singular_for_one(relay: Relay) -> None:
+    relay.agent("quin")
+    envelope_id = relay.ok("send", "--from", "ada", "--to", "quin", "the only one").strip()
+    assert relay.ok("read", "--agent", "quin").startswith("1 envelope for quin, oldest first:")
+    assert relay.ok("thread", envelope_id).startswith(f"thread of {envelope_id}: 1 stored envelope, oldest")
+    acked = relay.ok("read", "--agent", "quin", "--ack")
+    assert acked.rstrip().endswith("acknowledged 1 envelope")

@@ -41,6 +41,7 @@ __all__ = [
     "Inspector",
     "Report",
     "entry_ms",
+    "process_alive",
     "redacted",
     "report",
     "running_server_url",
@@ -246,6 +247,17 @@ def redacted(url: str) -> str:
     return f"{scheme}://***@{rest.partition('@')[2]}"
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs now (someone else's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, someone else's
+    return True
+
+
 def running_server_url(data_dir: Path) -> str | None:
     """The URL of the embedded server running from ``data_dir`` now, else None: the lock file names the
     server's pid (a live process) and the state file its address. Read-only: no lock is taken, so a
@@ -255,14 +267,8 @@ def running_server_url(data_dir: Path) -> str | None:
         state = json.loads((data_dir / STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if owner <= 0 or not isinstance(state, dict):
+    if owner <= 0 or not isinstance(state, dict) or not process_alive(owner):
         return None
-    try:
-        os.kill(owner, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass  # alive, someone else's
     host, port = state.get("host"), state.get("port")
     if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
         return None

@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.keys import GROUP
+from broker.text import counted
 
 _PAGE = 1000
 
@@ -41,12 +42,14 @@ class Migration:
 
     def summary(self) -> str:
         if not self.legacy_index:
-            return f"nothing to migrate: the store already has the current layout ({self.registered} agents)"
+            agents = counted(self.registered, "agent")
+            return f"nothing to migrate: the store already has the current layout ({agents})"
         verb = "would delete" if self.dry_run else "deleted"
         made = "would create" if self.dry_run else "created"
         return (
-            f"{verb} the old agent index ({self.indexed} ids); {made} {self.groups_created} missing inbox "
-            f"groups; {self.registered} registered agents found by scan"
+            f"{verb} the old agent index ({counted(self.indexed, 'id')}); {made} "
+            f"{counted(self.groups_created, 'missing inbox group')}; "
+            f"{counted(self.registered, 'registered agent')} found by scan"
         )
 
 

@@ -17,11 +17,12 @@ from typing import Any, ClassVar, Final
 from mcp.types import CallToolResult
 
 from broker import schemas
-from broker.addresses import host_providers, network_providers
+from broker.addresses import HumanAddress, host_providers, network_providers
 from broker.agent_message import AgentMessage
 from broker.envelope import Envelope, format_time
 from broker.errors import (
     InternalError,
+    InvalidAddress,
     InvalidArgument,
     RelayError,
     UnregisteredAgent,
@@ -126,15 +127,19 @@ class RegisterAgentAddress(RelayTool):
             self.providers = network_providers()
             self.description = self.NETWORK_DESCRIPTION
         else:
-            self.providers = host_providers(humans=options.humans)
-            if options.humans:
-                self.description += (
-                    " Provider 'human' (a person on this host; endpoint: a label such as their login name) "
-                    "is accepted too."
-                )
+            self.providers = host_providers()
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
-        address = self.providers.parse(_string(arguments, "provider"), _string(arguments, "endpoint"))
+        provider = _string(arguments, "provider")
+        if provider == HumanAddress.provider:
+            raise InvalidAddress(
+                "provider",
+                "provider.person",
+                "'human' is the provider of people, whom `relay send` and the dashboard register; an agent "
+                f"registers with provider {' or '.join(map(repr, self.providers.names))} (see the tool's "
+                "description for the endpoint)",
+            )
+        address = self.providers.parse(provider, _string(arguments, "endpoint"))
         done = await self.relay.register(who.agent, address, who.session)
         reg = done.registration
         outcome = "created" if done.created else "updated"
@@ -360,8 +365,6 @@ class ToolOptions:
 
     directory: bool = True
     """Serve ``ListAgents`` (``relay serve --directory off`` hides it)."""
-    humans: bool = False
-    """``RegisterAgentAddress`` accepts provider ``human`` (the listener is loopback only)."""
     network: bool = False
     """Serve the network listener: ``RegisterAgentAddress`` takes network-tier addresses only."""
     webhooks: IWebhookTargets | None = None

@@ -32,10 +32,13 @@ from typing import Any, Final
 
 SERVER_NAME: Final = "relay"
 HOOK_EVENTS: Final = ("SessionStart", "Stop")
-HOOK_TIMEOUT_S: Final = 86_400
-"""The hooks' ``timeout``: Claude Code stops a hook after it (600 s when unset)."""
+HOOK_TIMEOUT_S: Final = 2_147_483
+"""The hooks' ``timeout``: Claude Code stops a hook after it (600 s when unset). About 24.8 days, the
+longest whole number of seconds a 32-bit millisecond timer holds (JavaScript timers of that width fire
+at once past it)."""
 WAITER_TIMEOUT_S: Final = HOOK_TIMEOUT_S - 60
-"""The waiter leaves by itself (exit 0, nothing shown) a minute before Claude Code would stop it."""
+"""A minute before Claude Code would stop it, the waiter wakes the session once to be armed again by the
+turn's ``Stop`` hook (``relay.claude_code.waiter``): the session stays reachable while it runs."""
 MCP_FILE: Final = ".mcp.json"
 SETTINGS_FILE: Final = ".claude/settings.local.json"
 MAX_FILE_BYTES: Final = 1024 * 1024

@@ -51,6 +51,18 @@ def _kind(value: object) -> str:
     return _field(value, _WORD)
 
 
+def rearm(agent: str, waited_s: float) -> str:
+    """What a session reads when its waiter ran out with no mail: the one wake that is not mail, so that
+    the turn's end (its ``Stop`` hook) arms a new waiter before Claude Code stops this one."""
+    days = waited_s / 86_400
+    waited = f"{days:.1f} days" if days >= 1 else f"{round(waited_s)} s"
+    return (
+        f"relay: no new mail for {agent} in {waited}. Claude Code stops a waiting hook after its timeout, "
+        "so relay wakes this idle session once to wait again when the turn ends. Nothing to do: end the "
+        "turn; new mail wakes the session as before."
+    )
+
+
 def summary(agent: str, answer: Mapping[str, Any]) -> str:
     """The lines a woken session reads from the wait's answer: how many messages ``agent`` has (new, or
     still unacknowledged for a reminder), the first few (id, sender, kind, sent_at, preview), the

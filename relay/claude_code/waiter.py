@@ -2,18 +2,24 @@
 
 Claude Code runs it at ``SessionStart`` and at every ``Stop`` (the end of each turn), in the background.
 It blocks on relay's mail-pending wait; when the agent has envelopes it was not yet told about, it
-prints a summary on stderr and exits 2, which makes Claude Code start a turn with that text. Otherwise
-it exits 0 and says nothing the model sees:
+prints a summary on stderr and exits 2, which makes Claude Code start a turn with that text.
 
-- when its own timeout passes (the next ``Stop`` arms a new one);
+Claude Code stops a hook at the hook's ``timeout`` (SIGTERM; the session is not woken), and only the
+end of a turn arms a new one. So when the waiter's own ``timeout_s`` (just below the hook's) passes with
+no mail, it wakes the session once with a short notice that there is nothing to do (``summary.rearm``):
+the turn that follows ends with its ``Stop`` hook, which waits again. An idle session thus stays
+reachable for as long as it runs, at the cost of one short turn per ``timeout_s`` of idleness.
+
+Otherwise it exits 0 and says nothing the model sees:
+
 - when relay refuses it for good (401, a superseded session, a bad request): a newer session took over;
 - when the Claude Code process it serves is gone, or a newer waiter for the same session replaced it
   (one waiter per session: a lock in a private runtime folder; the newer one sends the older SIGTERM).
 
 A relay that is down, slow or answering 5xx is retried quietly with bounded exponential backoff until
-the timeout; it never wakes the session with an error. At ``SessionStart`` the waiter first registers
-the session (``RegisterAgentAddress``), so a new Claude Code session supersedes the previous one and
-keeps the inbox before its model calls anything.
+the timeout (then the re-arming wake); it never wakes the session with an error. At ``SessionStart``
+the waiter first registers the session (``RegisterAgentAddress``), so a new Claude Code session
+supersedes the previous one and keeps the inbox before its model calls anything.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import IO, Any, Final
 
 from relay.claude_code import relay_http
 from relay.claude_code.session import ClaudeProcess, NoSuchProcess
-from relay.claude_code.summary import summary
+from relay.claude_code.summary import rearm, summary
 
 EXIT_QUIET: Final = 0
 EXIT_WAKE: Final = 2
@@ -127,7 +133,8 @@ def _wait_loop(
         if pending.count > 0:
             print(summary(options.agent, pending.answer), file=stderr, flush=True)
             return EXIT_WAKE
-    return _quiet(stdout, "timeout passed with no new mail")
+    print(rearm(options.agent, options.timeout_s), file=stderr, flush=True)
+    return EXIT_WAKE
 
 
 def _quiet(stdout: IO[str], why: str) -> int:

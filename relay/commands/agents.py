@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from broker.envelope import format_ms
 from broker.ports import AgentOverview, AgentsPage
-from broker.text import escaped, shown
+from broker.text import counted, escaped, shown
 from relay.commands import bounded_int
 from relay.settings import ShellSettings, add_options, load
 from relay.shell import brief, operator_view, table
@@ -109,7 +109,9 @@ def as_text(page: AgentsPage) -> str:
     ]
     listed = len(page.agents)
     more = f"; showing the first {listed} by id (--limit)" if page.total > listed else ""
-    return f"{table(COLUMNS, rows)}\n\n{page.total} agents registered, as of {format_ms(now)}{more}"
+    return (
+        f"{table(COLUMNS, rows)}\n\n{counted(page.total, 'agent')} registered, as of {format_ms(now)}{more}"
+    )
 
 
 def _seconds(ms: int | None, now_ms: int) -> float | None:

@@ -20,10 +20,10 @@ from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms
 from broker.errors import InvalidArgument, RelayError
 from broker.ids import check_agent_id, is_envelope_id
-from broker.text import escaped, shown
+from broker.text import counted, escaped, shown
 from relay.commands import EXIT_RUNTIME, bounded_int
-from relay.commands.inspect import unknown_agent
 from relay.settings import StoreSettings, add_options, load, store_named, store_url
+from relay.shell import unknown_agent
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -115,8 +115,12 @@ def _list(args: argparse.Namespace) -> int:
     if not letters:
         print(f"no dead letters for {agent}")
         return 0
-    count = f"{len(letters)} of {total}" if total > len(letters) else str(total)
-    print(f"{count} dead letter{'s' if total != 1 else ''} for {agent}, oldest first:")
+    count = (
+        f"{len(letters)} of {counted(total, 'dead letter')}"
+        if total > len(letters)
+        else counted(total, "dead letter")
+    )
+    print(f"{count} for {agent}, oldest first:")
     for letter in letters:
         # everything but the counts and times was written by agents or read from Redis: escaped
         kind = shown(letter.fields.get("kind", "-"), 16)
@@ -148,7 +152,7 @@ def _requeue(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"agent": agent, "requeued": requeued, "not_found": missing}))
     else:
-        print(f"requeued {len(requeued)} dead letter{'s' if len(requeued) != 1 else ''} of {agent}")
+        print(f"requeued {counted(len(requeued), 'dead letter')} of {agent}")
         for new_id in requeued:
             print(f"  new id {new_id}")
         if missing:

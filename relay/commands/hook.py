@@ -3,8 +3,9 @@
 
 Claude Code runs these at every MCP connection and every turn, and gives a ``headersHelper`` 10 s: this
 module imports nothing heavy, and ``relay.entry`` reaches it without importing the other commands.
-``relay hook wait`` exits 2 only for mail (exit 2 from an ``asyncRewake`` hook wakes the session); every
-other outcome, a bad command line included, is exit 0 or 1.
+``relay hook wait`` exits 2 for mail, and once when its ``--timeout`` passes, to be armed again (exit 2
+from an ``asyncRewake`` hook wakes the session); every other outcome, a bad command line included, is
+exit 0 or 1.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from broker.front.key_file import KeyFileError
@@ -24,7 +25,7 @@ from relay.claude_code import waiter
 from relay.claude_code.headers import HELPER_TTL_S, WAITER_TTL_S, for_claude, minted
 from relay.claude_code.relay_http import WAIT_PATH
 from relay.claude_code.session import NoSuchProcess
-from relay.commands import bounded_int
+from relay.commands import Parser, bounded_int
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -32,11 +33,10 @@ if TYPE_CHECKING:
 EXIT_HOOK_ERROR: Final = 1
 
 
-class _HookParser(argparse.ArgumentParser):
+class _HookParser(Parser):
     """A bad command line exits 1, never 2 (which would wake the session)."""
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_HOOK_ERROR, f"relay: error: {message}; see `{self.prog} --help`\n")
+    usage_exit = EXIT_HOOK_ERROR
 
 
 def register(subparsers: Subparsers) -> None:
@@ -71,8 +71,9 @@ def _add_commands(hook: argparse.ArgumentParser) -> None:
         help="wait for mail and wake the Claude Code session (its asyncRewake hook)",
         description="Read the hook's JSON on stdin; at SessionStart register the session; then block on "
         "relay's mail-pending wait. New mail: print a summary on stderr and exit 2 (Claude Code wakes the "
-        "session). Timeout, a refusal, a replaced waiter or a finished session: exit 0, silent. A relay "
-        "that is down is retried quietly with backoff.",
+        "session). --timeout passed: say so on stderr and exit 2, so that the turn's Stop hook waits again. "
+        "A refusal, a replaced waiter or a finished session: exit 0, silent. A relay that is down is "
+        "retried quietly with backoff.",
     )
     wait.add_argument("--url", required=True, help=f"relay's agent endpoint (ending in {MCP_PATH})")
     for parser in (headers, wait):
@@ -97,7 +98,8 @@ def _add_commands(hook: argparse.ArgumentParser) -> None:
         type=bounded_int(1, 30 * 86_400, "seconds"),
         default=3600,
         metavar="SECONDS",
-        help="leave quietly after this long (default 3600; keep it below the hook's timeout)",
+        help="after this long with no mail, wake the session once to be armed again (default 3600; keep it "
+        "below the hook's timeout)",
     )
     headers.set_defaults(handler=_headers)
     wait.set_defaults(handler=_wait)

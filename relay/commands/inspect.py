@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from adapters.redis.inspect import AgentInspection, Report, report
 from broker.envelope import parse_ms
 from broker.ids import check_agent_id
-from broker.text import escaped
+from broker.text import counted, escaped
 from relay.commands import bounded_int
 from relay.settings import StoreSettings, add_options, load, store_named, store_url
-from relay.shell import moment
+from relay.shell import moment, unknown_agent
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -69,19 +69,6 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def unknown_agent(agent: str, registered: int, store: str) -> str:
-    """The one "not registered" hint of the operator commands (inspect, dead-letters, show)."""
-    if registered == 0:
-        return (
-            f"agent {agent!r} is not registered at {store}, which holds no agent at all: is it the store "
-            f"relay serve uses? (pass --data-dir or --redis-url to name that one)"
-        )
-    return (
-        f"agent {agent!r} is not registered at {store} and has no inbox or dead letters; `relay inspect` "
-        "lists the registered agents"
-    )
-
-
 def _as_json(found: Report) -> dict[str, object]:
     return {
         "redis": found.redis,
@@ -102,7 +89,7 @@ def _as_text(found: Report, store: str, *, single: bool) -> str:
     else:
         shown = len(found.agents)
         more = f"; showing the first {shown} by id (--limit)" if found.indexed > shown else ""
-        footer = f"{found.indexed} agents registered at {store} ({found.time}){more}"
+        footer = f"{counted(found.indexed, 'agent')} registered at {store} ({found.time}){more}"
     return "\n\n".join([*blocks, footer])
 
 
@@ -130,8 +117,11 @@ def _table(a: AgentInspection, now_ms: int) -> str:
         ),
         ("dead letters", str(a.dead_letters)),
         ("last seen", moment(a.last_seen_ms, now_ms)),
-        ("expired", f"{a.expired} envelopes expired unacknowledged (ever)"),
-        ("poisoned", f"{a.poisoned} envelopes dead-lettered after --max-deliveries hand-outs (ever)"),
+        ("expired", f"{counted(a.expired, 'envelope')} expired unacknowledged (ever)"),
+        (
+            "poisoned",
+            f"{counted(a.poisoned, 'envelope')} dead-lettered after --max-deliveries hand-outs (ever)",
+        ),
     ]
     width = max(len(label) for label, _ in rows)
     # values come from Redis, where anyone with access may have written anything: escaped

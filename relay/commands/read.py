@@ -20,7 +20,7 @@ from broker.envelope import Tier, format_ms, parse_ms
 from broker.ids import check_agent_id
 from broker.limits import MAX_FETCH_LIMIT
 from broker.ports import StoredEnvelope
-from broker.text import escaped
+from broker.text import counted, escaped
 from relay.claude_code.relay_http import Refused
 from relay.commands import EXIT_RUNTIME, bounded_int
 from relay.settings import ShellSettings, add_options, load
@@ -95,20 +95,19 @@ def _read(args: argparse.Namespace) -> int:
     if not envelopes:
         print(f"no unacknowledged envelopes for {agent}")
         return 0
-    count = f"{len(envelopes)} envelope{'s' if len(envelopes) != 1 else ''}"
-    print(f"{count} for {agent}, oldest first:")
+    print(f"{counted(len(envelopes), 'envelope')} for {agent}, oldest first:")
     for envelope in envelopes:
         print()
         print(envelope_text(envelope, now))
     if acknowledged is not None:
-        print(f"\nacknowledged {len(acknowledged)}")
+        print(f"\nacknowledged {counted(len(acknowledged), 'envelope')}")
     return 0
 
 
 async def _peek(
     settings: ShellSettings, agent: str, limit: int, wait: int
 ) -> tuple[list[StoredEnvelope], int]:
-    async with operator_view(settings, "read") as view:
+    async with operator_view(settings, "read", agent=agent) as view:
         deadline = time.monotonic() + wait
         while True:
             found = await view.unacknowledged(agent, limit)
@@ -118,7 +117,7 @@ async def _peek(
 
 
 async def _session(settings: ShellSettings, agent: str) -> str | None:
-    async with operator_view(settings, "read --ack") as view:
+    async with operator_view(settings, "read --ack", agent=agent) as view:
         registration = await RedisRegistry(view.connection).get(agent)
     return None if registration is None else registration.session
 

@@ -2,27 +2,35 @@
 
 The message goes over ``/mcp/agent`` like an agent's (``SendAgentMessage``, with headers minted from
 the key file), so it gets every check an agent's send gets: the contract, the recipient, the inbox
-cap, the rate limit. A ``--from`` id that is not registered yet is first registered with a ``human``
-address (host tier, endpoint: the login name), so agents can answer it; people send from the session
-``HUMAN_SESSION``, and an id registered from another session (an agent's) is refused, not taken over.
+cap, the rate limit, ``--ttl`` and ``--idempotency-key`` (the tool's ``ttl_ms`` and
+``idempotency_key``, with their limits). First the two registrations are read from Redis, as the
+dashboard's compose does: an unregistered recipient is refused before anything is written, an id an
+agent registered (any provider but ``human``) is refused, never spoken for, and a ``--from`` id not
+registered yet is registered as a person (provider ``human``, host tier, endpoint: the login name,
+session ``HUMAN_SESSION``), so agents can answer it. People are registered only here and by the
+dashboard: the agent endpoint refuses provider ``human``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import getpass
 import json
 import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from broker.addresses import HUMAN_SESSION
-from broker.ids import check_agent_id, is_envelope_id
+from adapters.redis.registry import RedisRegistry
+from broker.addresses import HUMAN_SESSION, HumanAddress
+from broker.errors import InvalidArgument, RelayError
+from broker.ids import check_agent_id, check_idempotency_key, is_envelope_id
+from broker.limits import MAX_TTL_MS, MIN_TTL_MS
 from broker.text import escaped
 from relay.claude_code.relay_http import Refused
-from relay.commands import EXIT_RUNTIME, UsageError
+from relay.commands import EXIT_RUNTIME, UsageError, bounded_int
 from relay.settings import ShellSettings, add_options, load
-from relay.shell import call_tool
+from relay.shell import call_tool, contract, operator_view
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -48,6 +56,22 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--reply-to", metavar="ENVELOPE_ID", help="the envelope this message answers")
     parser.add_argument("--reference", metavar="URL", help="a pointer to related material (URL, path, id)")
+    parser.add_argument(
+        "--ttl",
+        type=bounded_int(MIN_TTL_MS // 1000, MAX_TTL_MS // 1000, "seconds"),
+        metavar="SECONDS",
+        help=f"expire the message unread after SECONDS ({MIN_TTL_MS // 1000}..{MAX_TTL_MS // 1000}, at most "
+        "the relay's --max-ttl): it is never handed out after that and moves to the recipient's dead "
+        "letters (reason expired)",
+    )
+    parser.add_argument(
+        "--idempotency-key",
+        type=_idempotency_key,
+        metavar="KEY",
+        help="1-128 of A-Z a-z 0-9 . _ : -; sending again with the same KEY within the relay's "
+        "--idempotency-window prints the first send's id and stores nothing (the same KEY with another "
+        "recipient, message or --ttl is refused)",
+    )
     parser.add_argument("--json", action="store_true", help="print the send result as JSON")
     parser.add_argument("text", nargs="?", metavar="TEXT", help="the message (default: read standard input)")
     add_options(parser, ShellSettings)
@@ -73,20 +97,21 @@ def _send(args: argparse.Namespace) -> int:
         message["in_reply_to"] = args.reply_to
     if args.reference is not None:
         message["reference"] = args.reference
-    arguments = {"to": to, "message": message}
-    registered = False
+    arguments: dict[str, Any] = {"to": to, "message": message}
+    if args.ttl is not None:
+        arguments["ttl_ms"] = args.ttl * 1000
+    if args.idempotency_key is not None:
+        arguments["idempotency_key"] = args.idempotency_key
+    try:  # before anything is written: a message the relay would refuse registers nobody
+        contract().validate(contract().from_json(message))
+    except RelayError as exc:
+        return _refused(Refused(200, exc.code, exc.message), sender)
+    person = asyncio.run(_person(settings, sender, to))
+    if isinstance(person, Refused):
+        return _refused(person, sender)
+    session, registered = person
     try:
-        try:
-            sent = call_tool(settings, sender, HUMAN_SESSION, "SendAgentMessage", arguments)
-        except Refused as exc:
-            if exc.code != "unregistered_agent":
-                raise
-            endpoint = _label()
-            address = {"provider": "human", "endpoint": endpoint}
-            call_tool(settings, sender, HUMAN_SESSION, "RegisterAgentAddress", address)
-            registered = True
-            print(f"registered {sender} as a person (provider human, endpoint {endpoint})", file=sys.stderr)
-            sent = call_tool(settings, sender, HUMAN_SESSION, "SendAgentMessage", arguments)
+        sent = call_tool(settings, sender, session, "SendAgentMessage", arguments)
     except Refused as exc:
         return _refused(exc, sender)
     if args.json:
@@ -94,6 +119,42 @@ def _send(args: argparse.Namespace) -> int:
     else:
         print(sent["id"])
     return 0
+
+
+async def _person(settings: ShellSettings, sender: str, to: str) -> tuple[str, bool] | Refused:
+    """The session ``sender`` sends from, and whether this call registered it as a person; or why it
+    may not send to ``to`` (nothing written then)."""
+    async with operator_view(settings, "send") as view:
+        registry = RedisRegistry(view.connection)
+        if await registry.get(to) is None:
+            return Refused(
+                200,
+                "unknown_recipient",
+                f"recipient {to!r} is not registered; `relay agents` lists who is (nothing was sent, and "
+                f"{sender} was not registered)",
+            )
+        current = await registry.get(sender)
+        if current is None:
+            endpoint = _label()
+            await registry.register(sender, HumanAddress.parse(endpoint), HUMAN_SESSION)
+            print(f"registered {sender} as a person (provider human, endpoint {endpoint})", file=sys.stderr)
+            return HUMAN_SESSION, True
+        if current.provider != HumanAddress.provider:
+            return Refused(
+                200,
+                "invalid_argument",
+                f"--from: {sender} is an agent's id (provider {escaped(current.provider)}), not a "
+                "person's: send under your own id",
+            )
+        return current.session, False
+
+
+def _idempotency_key(text: str) -> str:
+    """``--idempotency-key``: the rule of the tool's ``idempotency_key`` (``check_idempotency_key``)."""
+    try:
+        return check_idempotency_key(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.violation.message) from None
 
 
 def _refused(exc: Refused, sender: str) -> int:

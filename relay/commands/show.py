@@ -21,7 +21,7 @@ from adapters.redis.keys import DEFAULT_PREFIX
 from adapters.redis.locate import Located, locate
 from broker.errors import BackendUnavailable, InvalidArgument
 from broker.ids import check_agent_id, is_envelope_id
-from broker.text import escaped, shown
+from broker.text import counted, escaped, shown
 from relay.settings import StoreSettings, add_options, load, store_named, store_url
 
 if TYPE_CHECKING:
@@ -102,8 +102,8 @@ async def _locate(url: str, prefix: str, envelope_id: str, agents: list[str] | N
 def _as_text(found: Located, store: str) -> str:
     deliveries = {
         "queued": "in the inbox, not yet fetched",
-        "delivered": f"handed out {found.deliveries} time(s), not acknowledged",
-        "dead_lettered": f"moved to the dead letters after {found.deliveries} attempt(s)",
+        "delivered": f"handed out {counted(found.deliveries, 'time')}, not acknowledged",
+        "dead_lettered": f"moved to the dead letters after {counted(found.deliveries, 'attempt')}",
     }
     rows = [
         ("state", f"{found.state} ({deliveries.get(found.state, '')})"),

@@ -45,7 +45,7 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 async def _follow(settings: ShellSettings, agent: str | None, *, as_json: bool) -> None:
-    async with operator_view(settings, "tail") as view:
+    async with operator_view(settings, "tail", agent=agent) as view:
         whose = f"to {agent}" if agent is not None else "to every agent"
         print(f"following new envelopes {whose} (read-only); Ctrl-C stops", file=sys.stderr, flush=True)
         async for envelope in view.follow(agent):

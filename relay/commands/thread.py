@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from broker.envelope import format_ms
 from broker.ids import is_envelope_id
 from broker.ports import StoredEnvelope
-from broker.text import escaped
+from broker.text import counted, escaped
 from broker.threads import IN_REPLY_TO
 from relay.commands import EXIT_RUNTIME, UsageError, bounded_int
 from relay.settings import ShellSettings, add_options, load
@@ -75,6 +75,6 @@ def _thread(args: argparse.Namespace) -> int:
         lines = envelope_text(envelope, now, indent="    " * depth[envelope.envelope_id]).split("\n")
         mark = "* " if envelope.envelope_id == args.envelope_id else "  "  # the one asked about
         blocks.append("\n".join([mark + lines[0], *("  " + line for line in lines[1:])]))
-    print(f"thread of {args.envelope_id}: {len(envelopes)} stored envelopes, oldest first\n")
+    print(f"thread of {args.envelope_id}: {counted(len(envelopes), 'stored envelope')}, oldest first\n")
     print("\n\n".join(blocks))
     return 0
