@@ -169,10 +169,21 @@ def _dead_letter(letter: DeadLetter) -> dict[str, object]:
         "sent_at": format_ms(letter.sent_at_ms),
         "attempts": letter.attempts,
         "reason": letter.reason,
+        "why": why_dead(letter),
         "dead_at": format_ms(letter.dead_at_ms),
         "kind": letter.fields.get("kind"),
         "text": letter.fields.get("text"),
     }
+
+
+def why_dead(letter: DeadLetter) -> str:
+    """Why ``letter`` is a dead letter, in words: the relay's two reasons, or its consumer's."""
+    if letter.reason == "expired":
+        return "expired: its time to live ran out before it was acknowledged"
+    if letter.reason == "max_deliveries":
+        times = "once" if letter.attempts == 1 else f"{letter.attempts} times"
+        return f"too many deliveries: handed out {times} and never acknowledged"
+    return f"given up by its consumer: {letter.reason}"
 
 
 def _tree(envelopes: list[StoredEnvelope]) -> list[tuple[StoredEnvelope, int]]:
@@ -320,7 +331,6 @@ class _Views:
         else:
             session = current.session
         envelope = await relay.send(sender, to, body, session=session)
-        envelope = await relay.send(sender, to, body)
         self.d.overview.forget()
         return {
             "id": envelope.id,
