@@ -27,3 +27,20 @@ def shown(text: str, limit: int = SHOWN_CHARS) -> str:
     """``text`` cut to ``limit`` characters (an ellipsis marks the cut) and escaped."""
     cut = text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
     return escaped(cut)
+
+
+def encodable(text: str) -> bool:
+    """True when ``text`` has a UTF-8 spelling (no lone surrogate, which JSON's ``\\ud800`` can hold)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def failure(exc: BaseException) -> str:
+    """How a log line names an unexpected failure: its type and message on one escaped line of at most
+    300 characters. Never its traceback: one line per failure, nothing a client's text can forge."""
+    return shown(f"{type(exc).__name__}: {exc}", 300)

@@ -29,9 +29,9 @@ from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessageContract
+from broker.envelope import now_ms
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
-from broker.envelope import now_ms
 from broker.limits import MIN_TTL_MS
 from broker.testing.base import Limits
 from broker.testing.polling import wait_until

@@ -32,7 +32,7 @@ from broker.front.tokens import AgentIdentity
 from broker.ids import check_agent_id
 from broker.limits import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, MAX_STATUS_IDS
 from broker.relay import Relay
-from broker.text import shown
+from broker.text import failure, shown
 from broker.webhooks import IWebhookTargets, is_webhook_endpoint, new_secret
 
 log = logging.getLogger("relay.front")
@@ -67,14 +67,14 @@ class AgentTool:
 
     async def call(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         """Check the argument names, run the tool; a refusal becomes an ``isError`` result, and an
-        unexpected failure an ``internal`` one (logged with its traceback, never sent)."""
+        unexpected failure an ``internal`` one (logged in one line, never sent)."""
         try:
             self.check_names(arguments)
             return await self.run(who, arguments)
         except RelayError as exc:
             return tool_error(exc)
-        except Exception:
-            log.exception("tool %s failed unexpectedly", self.name, extra={"agent": who.agent})
+        except Exception as exc:
+            log.error("tool %s failed unexpectedly: %s", self.name, failure(exc), extra={"agent": who.agent})
             return tool_error(InternalError())
 
     def check_names(self, arguments: Mapping[str, Any]) -> None:

@@ -31,6 +31,7 @@ from broker.ids import check_agent_id, check_session_id, is_envelope_id
 from broker.limits import MAX_ACK_IDS
 from broker.ports import IOperatorView, StoredEnvelope
 from broker.relay import Relay
+from broker.text import failure
 from broker.threads import IN_REPLY_TO
 
 log = logging.getLogger("relay.dashboard")
@@ -109,8 +110,7 @@ def routes(dashboard: Dashboard, session_of: Callable[[Request], Caller]) -> lis
             except RelayError as exc:
                 return _error(exc)
             except Exception as exc:  # one line in the log, a retryable answer, no traceback
-                reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-                log.error("dashboard %s failed: %s", request.url.path, reason)
+                log.error("dashboard %s failed: %s", request.url.path, failure(exc))
                 return _error(InternalError())
             return JSONResponse(data, headers={"cache-control": "no-store"})
 
