@@ -35,8 +35,8 @@ from adapters.redis.keys import GROUP
 from adapters.redis.local_cluster import LocalCluster
 from adapters.redis.scripts import Script
 from adapters.redis.server import EmbeddedRedis
-from broker.addresses import ClaudeCodeAddress
 from broker import schemas
+from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.relay import Relay
 
