@@ -35,7 +35,7 @@ from broker.front.tokens import agent_headers
 from broker.limits import MIN_TTL_MS
 from broker.testing.base import Limits
 from broker.testing.polling import wait_until
-from tests.processes import ServeProcess, run_relay
+from tests.processes import ServeProcess, dashboard_login_url, run_relay
 from tests.support import redis_relays
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -75,9 +75,7 @@ class Running:
     seeded: Seeded
 
     def login_url(self) -> str:
-        result = run_relay("dashboard-url", "--url", self.serve.base, "--key-file", self.key)
-        assert result.returncode == 0, result
-        return result.stdout.strip()
+        return dashboard_login_url(self.serve.base, self.key)
 
 
 async def _seed(url: str) -> Seeded:

@@ -17,7 +17,7 @@ from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from tests.front_support import key_file
-from tests.processes import REGISTER, ServeProcess, ok, run_relay, serve_processes
+from tests.processes import REGISTER, ServeProcess, dashboard_login_url, ok, serve_processes
 
 KEYS = Keys()
 
@@ -30,9 +30,7 @@ class Workers:
     b: ServeProcess
 
     def login_token(self) -> str:
-        result = run_relay("dashboard-url", "--url", self.a.base, "--key-file", self.key)
-        assert result.returncode == 0, result
-        return result.stdout.strip().partition("token=")[2]
+        return dashboard_login_url(self.a.base, self.key).partition("token=")[2]
 
 
 @pytest.fixture(scope="module")
