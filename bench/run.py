@@ -21,6 +21,9 @@ people: ``relay agents`` with 1,000 registered agents and 100,000 queued envelop
 wake: the mail-pending wait (``bench/wake.py``): send -> waiter answered with 100 waiters parked
     (``wake_p50_ms``, ``wake_p99_ms``), and 10,000 idle waiters on one worker (``idle_waiters``,
     ``idle_waiter_kib`` of worker RSS each, ``idle_redis_conns``); ``--quick`` parks 2,000.
+workbench: 8 agent SDK sessions (``bench/workbench.py``): send -> prompt handed to the session
+    (``workbench_prompt_p50_ms``, ``_p99_ms``), idle RSS per session of each runtime, and
+    ``workbench_lost`` (0) with session CLIs SIGKILLed mid-stream; skipped without the SDKs.
 
 Every relay message carries a unique id in its text; the bench counts deliveries per id and reports
 lost (sent but never acknowledged) and duplicated (delivered again after its acknowledgement) messages.
@@ -701,6 +704,10 @@ async def bench(args: argparse.Namespace) -> int:
                 flush=True,
             )
             figures.update({k: v for k, v in wake.items() if k != "wake_samples"})
+        if not args.skip_workbench:
+            from workbench import workbench_figures  # bench/workbench.py
+
+            figures.update(await workbench_figures(server.url, samples=80 if quick else 200))
         if args.cluster:
             key_file = tmp / "relay.key"
             if not key_file.exists():
@@ -748,7 +755,7 @@ async def bench(args: argparse.Namespace) -> int:
     if args.json:
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(final, indent=2) + "\n")
     print("relay-bench " + " ".join(f"{k}={v}" for k, v in final.items()), flush=True)
-    return 1 if final["lost"] or final["duplicated"] else 0
+    return 1 if final["lost"] or final["duplicated"] or final.get("workbench_lost") else 0
 
 
 def main() -> int:
@@ -766,6 +773,9 @@ def main() -> int:
         "--skip-people", action="store_true", help="not `relay agents` with 1,000 agents (bench/people.py)"
     )
     parser.add_argument("--skip-wake", action="store_true", help="without the mail-pending wait figures")
+    parser.add_argument(
+        "--skip-workbench", action="store_true", help="without the Workbench figures (8 SDK sessions)"
+    )
     parser.add_argument(
         "--cluster",
         action="store_true",

@@ -29,6 +29,7 @@ from relay.commands import (
     show,
     tail,
     thread,
+    workbench,
 )
 from relay.settings import SettingsError
 
@@ -47,6 +48,7 @@ COMMANDS = (
     tail,
     thread,
     dashboard,
+    workbench,
 )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 import platform
@@ -46,10 +47,16 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
 
 
 def binary_path() -> Path:
-    """Where ``scripts/install-claude-code`` puts the platform binary on this machine."""
+    """Where ``scripts/install-claude-code`` puts the platform binary on this machine, or else the same
+    build the Claude Agent SDK's wheel bundles (``relay[claude-agent]``: the script then installs
+    nothing)."""
     arch = _ARCH.get(platform.machine().lower(), platform.machine().lower())
     package = f"claude-code-{platform.system().lower()}-{arch}"
-    return INSTALL_DIR / "node_modules" / "@anthropic-ai" / package / "claude"
+    npm = INSTALL_DIR / "node_modules" / "@anthropic-ai" / package / "claude"
+    sdk = importlib.util.find_spec("claude_agent_sdk")
+    if npm.exists() or sdk is None or sdk.origin is None:
+        return npm
+    return Path(sdk.origin).parent / "_bundled" / "claude"
 
 
 @pytest.fixture(scope="session", name="claude_binary")

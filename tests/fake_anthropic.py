@@ -14,155 +14,35 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler
+from typing import Any
 
-DEFAULT_TEXT = "OK."
-MAX_BODY = 64 * 1024 * 1024
+from tests.fake_model import (
+    DEFAULT_TEXT,
+    Block,
+    FakeModelAPI,
+    QuietHTTPServer,
+    Recorded,
+    Text,
+    ToolUse,
+    read_json_body,
+    send_payload,
+)
 
+__all__ = ["DEFAULT_TEXT", "FakeAnthropic", "QuietHTTPServer", "Recorded", "Text", "ToolUse"]
 
-@dataclass(frozen=True)
-class Text:
-    """A text block the model says."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """A tool call the model makes; ``name`` as Claude Code offers it (``mcp__relay__FetchAgentInbox``)."""
-
-    name: str
-    input: dict[str, Any] = field(default_factory=dict)
+NOT_FOUND = b'{"type":"error","error":{"type":"not_found_error"}}'
 
 
-Block = Text | ToolUse
+class FakeAnthropic(FakeModelAPI):
+    """The fake Messages API; thread-safe. ``requests`` lists every request received so far, in order."""
 
-
-@dataclass(frozen=True)
-class Recorded:
-    """One request the fake received."""
-
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    at: float
-    """``time.monotonic()`` when it arrived."""
-
-    @property
-    def is_conversation(self) -> bool:
-        """A turn of the session's conversation (it offers tools), not a side request."""
-        return bool(self.body.get("tools"))
-
-    def text(self) -> str:
-        """Every piece of text in the request (system prompt, messages, tool results) as one string."""
-        return (
-            "\n".join(_strings(self.body.get("system")))
-            + "\n"
-            + "\n".join(_strings(self.body.get("messages")))
-        )
-
-    def last_user_text(self) -> str:
-        """The text of the last user message (where hook feedback and tool results arrive)."""
-        for message in reversed(self.body.get("messages") or []):
-            if isinstance(message, dict) and message.get("role") == "user":
-                return "\n".join(_strings(message.get("content")))
-        return ""
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-    elif isinstance(value, dict):
-        for key in ("text", "content"):
-            if key in value:
-                yield from _strings(value[key])
-
-
-class QuietHTTPServer(ThreadingHTTPServer):
-    """A threaded loopback HTTP server that says nothing when a client goes away mid-answer (a session
-    stopped by the test), and serves each connection on a daemon thread."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass
-
-
-class FakeAnthropic:
-    """The fake API; thread-safe. ``requests`` lists every request received so far, in order."""
+    name = "fake-anthropic"
 
     def __init__(self) -> None:
-        self.requests: list[Recorded] = []
-        self._script: list[list[Block]] = []
-        self._changed = threading.Condition()
         self._ids = itertools.count(1)
-        self._server = QuietHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-anthropic", daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)
-
-    # -- scripting and waiting ---------------------------------------------------------------------
-
-    def reply(self, *blocks: Block) -> None:
-        """Queue one answer for the next conversation request that finds the queue non-empty."""
-        with self._changed:
-            self._script.append(list(blocks))
-
-    def conversation(self) -> list[Recorded]:
-        """The conversation requests received so far."""
-        with self._changed:
-            return [r for r in self.requests if r.is_conversation]
-
-    def wait_for(
-        self, predicate: Callable[[Recorded], bool], timeout: float, *, after: int = 0, what: str = ""
-    ) -> Recorded:
-        """The first request (from index ``after`` on) that satisfies ``predicate``; waits at most
-        ``timeout`` seconds, then fails naming ``what`` and the requests seen."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                for recorded in self.requests[after:]:
-                    if predicate(recorded):
-                        return recorded
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    seen = [r.last_user_text()[-200:] for r in self.requests]
-                    raise AssertionError(f"no request {what or 'matched'} within {timeout} s; saw {seen}")
-                self._changed.wait(left)
-
-    # -- serving -----------------------------------------------------------------------------------
-
-    def _record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> list[Block]:
-        with self._changed:
-            recorded = Recorded(path, headers, body, time.monotonic())
-            self.requests.append(recorded)
-            self._changed.notify_all()
-            if path == "/v1/messages" and recorded.is_conversation and self._script:
-                return self._script.pop(0)
-            return [Text(DEFAULT_TEXT)]
+        super().__init__(_handler)
 
     def _message_id(self) -> str:
         return f"msg_fake{next(self._ids):08d}"
@@ -176,31 +56,26 @@ def _handler(api: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
-            self._send(404, "application/json", b'{"type":"error","error":{"type":"not_found_error"}}')
+            self._send(404, "application/json", NOT_FOUND)
 
         do_HEAD = do_GET
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            if not 0 <= length <= MAX_BODY:
+            body = read_json_body(self)
+            if body is None:
                 self._send(413, "application/json", b"{}")
                 return
-            raw = self.rfile.read(length)
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                body = {"unparsed": raw.decode("utf-8", "replace")}
             path = self.path.split("?", 1)[0]
             headers = {k.lower(): v for k, v in self.headers.items()}
             if path == "/v1/messages/count_tokens":
-                api._record(path, headers, body)
+                api.record(path, headers, body, turn=False)
                 self._send(200, "application/json", b'{"input_tokens": 10}')
                 return
             if path != "/v1/messages":
-                api._record(path, headers, body)
-                self._send(404, "application/json", b'{"type":"error","error":{"type":"not_found_error"}}')
+                api.record(path, headers, body, turn=False)
+                self._send(404, "application/json", NOT_FOUND)
                 return
-            blocks = api._record(path, headers, body)
+            blocks = api.record(path, headers, body, turn=True)
             model = str(body.get("model") or "claude-fake")
             message_id = api._message_id()
             if body.get("stream"):
@@ -209,13 +84,7 @@ def _handler(api: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self._send(200, "application/json", json.dumps(_message(message_id, model, blocks)).encode())
 
         def _send(self, status: int, content_type: str, payload: bytes) -> None:
-            self.send_response(status)
-            self.send_header("content-type", content_type)
-            self.send_header("content-length", str(len(payload)))
-            self.send_header("request-id", "req_fake")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(payload)
+            send_payload(self, status, content_type, payload, request_id="req_fake")
 
     return Handler
 

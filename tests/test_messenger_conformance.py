@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 
 import pytest
@@ -12,8 +14,9 @@ from broker.delivery import DeliverySettings
 from broker.envelope import Tier
 from broker.messenger import Messenger
 from broker.testing.messenger_conformance import MessengerConformance
+from relay.workbench import messenger_on
 from tests.messenger_support import memory_messengers, redis_messengers
-from tests.support import Text, TextContract, address_for
+from tests.support import Text, TextContract, address_for, unique_prefix
 
 
 class TestMemoryMessenger(MessengerConformance[Text]):
@@ -64,6 +67,26 @@ class TestRedisAgentMessageMessenger(TestMemoryAgentMessageMessenger):
         self, count: int, settings: DeliverySettings
     ) -> AbstractAsyncContextManager[list[Messenger[AgentMessage]]]:
         return redis_messengers(AgentMessageContract(), self.url, count, settings)
+
+
+class TestWorkbenchHostMessenger(TestMemoryAgentMessageMessenger):
+    """The messengers exactly as ``relay workbench`` wires them (``relay.workbench.messenger_on``)."""
+
+    @pytest.fixture(autouse=True)
+    def _url(self, redis_url: str) -> None:
+        self.url = redis_url
+
+    @contextlib.asynccontextmanager
+    async def make_messengers(  # type: ignore[override]
+        self, count: int, settings: DeliverySettings
+    ) -> AsyncIterator[list[Messenger[AgentMessage]]]:
+        prefix = unique_prefix()
+        async with contextlib.AsyncExitStack() as stack:
+            made = [
+                await stack.enter_async_context(messenger_on(self.url, settings, prefix=prefix))
+                for _ in range(count)
+            ]
+            yield made
 
 
 class TestRedisClusterMessenger(TestMemoryMessenger):

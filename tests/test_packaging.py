@@ -1,10 +1,12 @@
 """Every import is declared: the product's in ``dependencies``, ``broker.testing``'s in the ``testing``
-extra too, the test suite's in the ``dev`` extra too (pyproject.toml)."""
+extra too, each Workbench runtime's in its own extra (``copilot``, ``claude-agent``), the test suite's
+in the ``dev`` extra too (pyproject.toml); and relay imports and runs without the optional SDKs."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
@@ -16,6 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 OWN = {"broker", "adapters", "relay", "tests", "bench"}
 DISTRIBUTIONS = packages_distributions()
+RUNTIMES = {
+    "adapters/workbench/copilot.py": ("copilot", {"copilot": "github-copilot-sdk"}),
+    "adapters/workbench/claude_agent.py": ("claude-agent", {"claude_agent_sdk": "claude-agent-sdk"}),
+}
+"""An optional extra's adapter -> (its extra, the modules it brings: known without it installed)"""
 
 
 def declared(*extras: str) -> set[str]:
@@ -71,18 +78,51 @@ def _normal(name: str) -> str:
     [
         (["broker", "adapters", "relay"], ()),
         (["broker/testing"], ("testing",)),
+        *(([path], (extra,)) for path, (extra, _) in RUNTIMES.items()),
         (["tests"], ("dev",)),
     ],
-    ids=["product", "broker.testing", "tests"],
+    ids=["product", "broker.testing", "copilot", "claude-agent", "tests"],
 )
 def test_every_import_is_declared(paths: list[str], extras: tuple[str, ...]) -> None:
     files = [f for p in paths for f in sorted((ROOT / p).rglob("*.py")) if "_gen" not in f.parts]
-    if not extras:  # broker.testing is the one product package that may use the testing extra
+    if not extras:  # broker.testing and the runtime adapters may use their extras
         files = [f for f in files if (ROOT / "broker" / "testing") not in f.parents]
+        files = [f for f in files if str(f.relative_to(ROOT)) not in RUNTIMES]
+    known = {m: d for _, modules in RUNTIMES.values() for m, d in modules.items()}
     allowed = declared(*extras)
     missing = {}
     for module, where in imported(files).items():
-        owners = {_normal(d) for d in DISTRIBUTIONS.get(module, [module])}
+        owners = {_normal(d) for d in DISTRIBUTIONS.get(module, [known.get(module, module)])}
         if not owners & allowed:
             missing[module] = (where, sorted(owners))
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+
+
+WITHOUT_SDKS = """
+import importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("copilot", "claude_agent_sdk"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+sys.meta_path.insert(0, Absent())
+import importlib.util
+SDKS = ("copilot", "claude_agent_sdk")
+importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] in SDKS else ORIGINAL(name, *a)
+"""
+
+
+def test_relay_imports_and_refuses_a_runtime_whose_sdk_is_missing(tmp_path: Path) -> None:
+    config = tmp_path / "workbench.toml"
+    config.write_text('[[agent]]\nid = "planner"\nruntime = "copilot"\nmodel = "gpt-4.1"\ndir = "w"\n')
+    code = (
+        "import importlib.util; ORIGINAL = importlib.util.find_spec\n"
+        + WITHOUT_SDKS
+        + "import relay.cli, relay.workbench, adapters.workbench, broker.front.app\n"
+        + f"raise SystemExit(relay.cli.main(['workbench', '--config', {str(config)!r}, '--redis-url', "
+        + "'redis://127.0.0.1:9/0']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "agent[0] (planner).runtime: 'copilot' needs its SDK, which is not installed" in done.stderr
+    assert "pip install 'relay[copilot]'" in done.stderr and "Traceback" not in done.stderr

@@ -27,6 +27,10 @@ The prompt format (``format_prompt``)::
 The header fields are exactly the envelope's; an absent ``in_reply_to`` or ``reference`` shows ``-``.
 The text is fenced by markers carrying the envelope id, which its sender could not know when writing
 it, so a text cannot fake the end of the message, a header or the closing reminder.
+
+A session's tools can be bound to one agent (``tools(session, agent=...)``, what the Workbench host
+gives its SDK sessions): its ``register_agent`` then takes no agent id and registers that agent only,
+so the session's model cannot speak as anyone else.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -83,6 +88,11 @@ REGISTER_SCHEMA: Mapping[str, object] = {
     "required": ["agent"],
     "additionalProperties": False,
 }
+BOUND_REGISTER_SCHEMA: Mapping[str, object] = {
+    "type": "object",
+    "properties": {},
+    "additionalProperties": False,
+}
 SEND_SCHEMA: Mapping[str, object] = {
     "type": "object",
     "properties": {
@@ -92,6 +102,16 @@ SEND_SCHEMA: Mapping[str, object] = {
     "required": ["to", "message"],
     "additionalProperties": False,
 }
+
+
+_PROMPT_HEAD = re.compile(r"\A\[relay\] message (env_[0-9A-Z]{26}) for ")
+
+
+def prompt_envelope_id(prompt: str) -> str | None:
+    """The envelope id a prompt made by ``format_prompt`` carries (None for any other text): the same
+    for every attempt at one envelope, so a session can tell a retry from a new message."""
+    found = _PROMPT_HEAD.match(prompt)
+    return found.group(1) if found else None
 
 
 def format_prompt(envelope: Envelope[AgentMessage]) -> str:
@@ -154,13 +174,19 @@ class SessionMessaging:
             with contextlib.suppress(Exception):
                 await task
 
-    def tools(self, session: str) -> list[SessionTool]:
-        """The ``register_agent`` and ``send_agent_message`` tools of ``session``."""
+    def tools(self, session: str, *, agent: str | None = None) -> list[SessionTool]:
+        """The ``register_agent`` and ``send_agent_message`` tools of ``session``; with ``agent``, bound
+        to it: ``register_agent`` takes no arguments and registers ``agent`` only."""
         check_session_id(session)
+        bound = None if agent is None else check_agent_id(agent)
 
         async def register_agent(arguments: Mapping[str, object]) -> ToolResult:
             try:
-                return await self._register(session, arguments)
+                if bound is None:
+                    _only(arguments, {"agent"})
+                    return await self.register(session, check_agent_id(arguments.get("agent")))
+                _only(arguments, set())
+                return await self.register(session, bound)
             except RelayError as exc:
                 return error_body(exc)
 
@@ -170,13 +196,20 @@ class SessionMessaging:
             except RelayError as exc:
                 return error_body(exc)
 
+        register_text = (
+            "Register this session as an agent of the relay, so other agents can message it; its "
+            "messages arrive here as prompts. Registering again from another session moves the agent "
+            "there and keeps its queued messages."
+            if bound is None
+            else f"Register this session (again) as relay agent {bound!r}; its messages arrive here as "
+            "prompts. The host already did it at start: call it only if a tool says the session is not "
+            "registered."
+        )
         return [
             SessionTool(
                 "register_agent",
-                "Register this session as an agent of the relay, so other agents can message it; its "
-                "messages arrive here as prompts. Registering again from another session moves the agent "
-                "there and keeps its queued messages.",
-                REGISTER_SCHEMA,
+                register_text,
+                REGISTER_SCHEMA if bound is None else BOUND_REGISTER_SCHEMA,
                 register_agent,
             ),
             SessionTool(
@@ -188,6 +221,25 @@ class SessionMessaging:
                 send_agent_message,
             ),
         ]
+
+    async def register(self, session: str, agent: str) -> ToolResult:
+        """Register ``session`` as ``agent`` (what its ``register_agent`` tool does) and, while running,
+        deliver ``agent``'s messages to it."""
+        check_session_id(session)
+        done = await self.messenger.register(check_agent_id(agent), WorkbenchAddress.parse(session), session)
+        self._agents[session] = agent
+        if self._running:
+            self._start(agent, session)
+        return schemas.registration_result(done)
+
+    async def stop(self, agent: str) -> None:
+        """Stop delivering ``agent``'s messages (its loop finishes the current prompt); they stay queued
+        in its inbox until a session registers it again."""
+        current = self._loops.pop(agent, None)
+        if current is not None:
+            current[1].set()
+            with contextlib.suppress(Exception):
+                await current[2]
 
     def agent_of(self, session: str) -> str | None:
         """The agent ``session`` registered through its tool, if any."""
@@ -212,15 +264,6 @@ class SessionMessaging:
         await self.messenger.serve(agent, submit, stop=stop)
 
     # -- tools --------------------------------------------------------------------------------------
-
-    async def _register(self, session: str, arguments: Mapping[str, object]) -> ToolResult:
-        _only(arguments, {"agent"})
-        agent = check_agent_id(arguments.get("agent"))
-        done = await self.messenger.register(agent, WorkbenchAddress.parse(session), session)
-        self._agents[session] = agent
-        if self._running:
-            self._start(agent, session)
-        return schemas.registration_result(done)
 
     async def _send(self, session: str, arguments: Mapping[str, object]) -> ToolResult:
         _only(arguments, {"to", "message"})

@@ -1,0 +1,241 @@
+"""Workbench faults with the real SDKs, offline: a session process SIGKILLed while a prompt is being
+submitted, a session that keeps refusing, and the Workbench host SIGKILLed with envelopes in flight.
+
+- The session's CLI is stopped (SIGSTOP), so the submission of the next envelope hangs in it; once the
+  store shows the envelope handed out, the CLI is SIGKILLed. The host restarts the session, resuming
+  its conversation, and the envelope is delivered again (attempt 2) and acknowledged.
+- A session with ``max_queued = 0`` in a turn that does not end refuses every prompt: after
+  ``max_attempts`` the envelope is a dead letter, with the refusal as its reason.
+- ``relay workbench`` (a child process) is SIGKILLed while its sessions hold prompts they have not
+  taken in; its CLIs exit by themselves, and after a restart every envelope reaches its model and is
+  acknowledged: none is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from broker.addresses import ClaudeCodeAddress
+from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.envelope import Envelope
+from broker.relay import Relay
+from broker.testing.polling import eventually
+from tests.claude_code import descendants, stop_tree
+from tests.fake_anthropic import FakeAnthropic
+from tests.fake_model import FakeModelAPI
+from tests.fake_openai import FakeOpenAI
+from tests.front_support import running_front
+from tests.support import unique_prefix
+from tests.workbench_support import (
+    WorkbenchProcess,
+    claude_agent_entry,
+    claude_agent_fixture,
+    cli_environment_fixture,
+    copilot_agent_entry,
+    copilot_cli_fixture,
+    hosting,
+    request_where,
+    write_config,
+)
+
+__all__ = ["claude_agent_fixture", "cli_environment_fixture", "copilot_cli_fixture"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BOUND = 90.0
+RUNTIMES = ["copilot", "claude-agent"]
+
+
+async def _state(relay: Relay[AgentMessage], sender: str, envelope_id: str) -> str:
+    (status,) = await relay.status(sender, [envelope_id])
+    return status.state
+
+
+async def _until_state(relay: Relay[AgentMessage], sender: str, envelope_id: str, *states: str) -> None:
+    async def reached() -> bool:
+        return await _state(relay, sender, envelope_id) in states
+
+    await eventually(reached, BOUND, f"{envelope_id} {' or '.join(states)}")
+
+
+def _note(text: str) -> AgentMessage:
+    return AgentMessage(kind=Kind.KIND_NOTE, text=text)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+async def test_a_session_killed_mid_submission_is_restarted_and_gets_the_envelope_again(
+    runtime: str, request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
+) -> None:
+    if runtime == "copilot":
+        cli = request.getfixturevalue("copilot_cli")
+        api: FakeModelAPI = FakeOpenAI()
+    else:
+        request.getfixturevalue("claude_agent")
+        api = FakeAnthropic()
+    request.getfixturevalue("cli_environment")
+    prefix = unique_prefix()
+    with api:
+        entry = (
+            copilot_agent_entry("solo", api.base_url, cli)
+            if runtime == "copilot"
+            else claude_agent_entry("solo", api.base_url)
+        )
+        config = write_config(tmp_path / "workbench.toml", [entry])
+        async with (
+            running_front(redis_url, prefix=prefix) as front,
+            hosting(config, redis_url, prefix, tmp_path / "data", 1) as hosted,
+        ):
+            relay = front.relay
+            await relay.register("cc", _host_address(), "cc-1")
+            first = await relay.send("cc", "solo", _note("remember the word marmalade"), session="cc-1")
+            await request_where(api, lambda r: first.id in r.text(), "with the first note")
+            await _until_state(relay, "cc", first.id, "acknowledged")
+            live = hosted.sessions.live("workbench.solo")
+            # the CLI stores a turn as it ends: a kill before that leaves no conversation to resume
+            await eventually(lambda: live is not None and not live.busy, BOUND, "the first turn ended")
+            pid = hosted.pid("solo")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                second = await relay.send("cc", "solo", _note("and now the second note"), session="cc-1")
+                await _until_state(relay, "cc", second.id, "delivered")  # handed to the hung submission
+            finally:
+                os.kill(pid, signal.SIGKILL)
+            again = await request_where(api, lambda r: second.id in r.text(), "with the second note")
+            await _until_state(relay, "cc", second.id, "acknowledged")
+            assert f"message {second.id} for solo" in again.text() and "attempt: 2\n" in again.text()
+            assert "remember the word marmalade" in again.text()  # the conversation was resumed
+            assert hosted.pid("solo") != pid
+            statuses = await relay.status("cc", [first.id, second.id])
+            assert [s.state for s in statuses] == ["acknowledged", "acknowledged"]
+
+
+async def test_a_session_that_keeps_refusing_ends_in_a_dead_letter_with_the_reason(
+    claude_agent: None, cli_environment: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
+    prefix = unique_prefix()
+    with FakeAnthropic() as api:
+        entry = claude_agent_entry("solo", api.base_url, max_queued=0)
+        config = write_config(tmp_path / "workbench.toml", [entry], max_attempts=3)
+        api.hold()  # the first prompt's turn does not end: the session stays busy
+        async with (
+            running_front(redis_url, prefix=prefix) as front,
+            hosting(config, redis_url, prefix, tmp_path / "data", 1),
+        ):
+            relay = front.relay
+            await relay.register("cc", _host_address(), "cc-1")
+            first = await relay.send("cc", "solo", _note("the long task"), session="cc-1")
+            await request_where(api, lambda r: first.id in r.text(), "with the first note")
+            second = await relay.send("cc", "solo", _note("one more thing"), session="cc-1")
+            await _until_state(relay, "cc", second.id, "dead_lettered")
+            (status,) = await relay.status("cc", [second.id])
+            assert status.reason is not None and status.reason.startswith("SessionBusy: session "), status
+            assert "max_queued 0" in status.reason and status.deliveries == 3
+            api.release()
+            await _until_state(relay, "cc", first.id, "acknowledged")
+            assert not any(second.id in r.text() for r in api.requests)  # never queued in the session
+
+
+async def test_the_host_killed_with_envelopes_in_flight_loses_none_after_a_restart(
+    copilot_cli: Path, claude_agent: None, tmp_path: Path, redis_url: str
+) -> None:
+    suffix = str(time.monotonic_ns())[-6:]  # agent ids of their own on the shared test Redis
+    planner, builder, cc = f"planner-{suffix}", f"builder-{suffix}", f"cc-{suffix}"
+    with FakeOpenAI() as openai, FakeAnthropic() as anthropic:
+        config = write_config(
+            tmp_path / "workbench.toml",
+            [
+                copilot_agent_entry(planner, openai.base_url, copilot_cli),
+                claude_agent_entry(builder, anthropic.base_url),
+            ],
+            visibility_seconds=2,
+        )
+        openai.hold()
+        anthropic.hold()
+        data_dir, log = tmp_path / "data", tmp_path / "workbench.log"
+        async with _relay(redis_url) as relay:
+            await relay.register(cc, _host_address(), "cc-1")
+            first = WorkbenchProcess(config, redis_url, data_dir, log).start()
+            try:
+                await _until_registered(first, log)
+                sent: list[Envelope[AgentMessage]] = []
+                for n in range(4):
+                    for agent in (planner, builder):
+                        sent.append(
+                            await relay.send(cc, agent, _note(f"task {n} for {agent}"), session="cc-1")
+                        )
+                for api, agent in ((openai, planner), (anthropic, builder)):
+                    await request_where(
+                        api, lambda r, a=agent: f"task 0 for {a}" in r.text(), f"{agent}'s first"
+                    )
+                states = [await _state(relay, cc, e.id) for e in sent]
+                assert "delivered" in states or "queued" in states, states  # in flight: not all taken in
+                clis = descendants(first.pid)
+                os.kill(first.pid, signal.SIGKILL)
+                first.proc.wait(30)  # type: ignore[union-attr]
+                await _until_exited(clis)  # the sessions' CLIs end with their host
+            finally:
+                first.stop()
+            openai.release()
+            anthropic.release()
+            second = WorkbenchProcess(config, redis_url, data_dir, log).start()
+            try:
+                for envelope in sent:
+                    await _until_state(relay, cc, envelope.id, "acknowledged")
+                for api, agent in ((openai, planner), (anthropic, builder)):
+                    mine = [e for e in sent if e.to == agent]
+                    for envelope in mine:
+                        await request_where(
+                            api, lambda r, i=envelope.id: i in r.text(), f"{agent} {envelope.id}"
+                        )
+                assert all(s.state == "acknowledged" for s in await relay.status(cc, [e.id for e in sent]))
+            finally:
+                second.stop()
+
+
+@contextlib.asynccontextmanager
+async def _relay(url: str) -> AsyncIterator[Relay[AgentMessage]]:
+    """A relay on the store ``relay workbench --redis-url`` uses (the default key prefix)."""
+    connection = RedisConnection(RedisSettings(url=url))
+    async with Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection)) as relay:
+        yield relay
+
+
+def _host_address() -> ClaudeCodeAddress:
+    return ClaudeCodeAddress.parse("127.0.0.1:14111")
+
+
+async def _until_registered(host: WorkbenchProcess, log: Path) -> None:
+    def serving() -> bool:
+        if host.proc is not None and host.proc.poll() is not None:
+            raise AssertionError(f"relay workbench exited: {log.read_text()[-3000:]}")
+        return "workbench serving" in log.read_text()  # logged once every agent is registered
+
+    await eventually(serving, 120, "relay workbench registered its agents")
+
+
+async def _until_exited(pids: list[int]) -> None:
+    def gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() and _state_of(pid) != "Z" for pid in pids)
+
+    try:
+        await eventually(gone, 30, "the killed host's CLIs exited")
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                stop_tree(pid, 2)
+
+
+def _state_of(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "Z"
+    return stat[stat.rindex(")") + 2]
