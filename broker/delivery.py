@@ -34,7 +34,8 @@ DEAD_LETTER_FIELDS: Final = frozenset({"envelope_id", "attempts", "reason", "dea
 """Fields a dead letter adds to the envelope's own; a contract's body fields must not use them."""
 
 REQUEUED_FROM: Final = "requeued_from"
-"""Field a requeued envelope carries: the envelope id it had before it was dead-lettered."""
+"""Field a requeued envelope carries: the envelope id it had before it was dead-lettered, then the ids
+it had before earlier requeues (newest first, space-separated, at most ``REQUEUE_LINEAGE``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +102,8 @@ class DeadLetter:
     """Deliveries the envelope had when it was given up on."""
     reason: str
     dead_at_ms: int
-    requeued_from: str | None = None
-    """When the envelope had been requeued before: the id it had then."""
+    requeued_from: tuple[str, ...] = ()
+    """When the envelope had been requeued before: the ids it had then, newest first."""
 
 
 class IDeliveryQueue(Protocol):
@@ -208,7 +209,10 @@ class IDeliveryQueue(Protocol):
         """Move dead letters back into ``agent``'s inbox, atomically per call, oldest first.
 
         Each becomes a new inbox entry at the end of the inbox (so a new envelope id, delivery count
-        0) with its sender, tier, ``sent_at`` and body fields, plus ``requeued_from`` = its old id.
+        0) with its sender, tier, ``sent_at`` and body fields, plus ``requeued_from`` = its old id and
+        the ids it had before (``REQUEUED_FROM``). It stays its sender's: the sender's status of the
+        old id follows it (``IInboxStore.status``), and replies to the old id answer it
+        (``IOperatorView.thread``).
         The inbox cap does not apply: an operator asked for it.
         Args:
             ids: envelope ids as listed by ``dead_letters``; ids not found are skipped. None: all.

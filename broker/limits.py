@@ -38,8 +38,15 @@ DEFAULT_STATUS_RETENTION_MS = 7 * 24 * 3600 * 1000
 """How long a sender can learn what became of an envelope."""
 MAX_STATUS_IDS = 256
 """Envelope ids one status request takes at most."""
+REQUEUE_LINEAGE = 8
+"""Earlier ids a requeued envelope remembers, newest first: its sender's status and threads follow it
+through that many requeues."""
 SWEEP_BATCH = 256
 """The oldest envelopes of each inbox one background sweep looks at."""
+SWEEP_PAGE = 1000
+"""Registrations a sweep reads at a time while it walks every agent."""
+SWEEP_MAX_PAGES = 10_000
+"""Pages one sweep walks at most (ten million agents): the walk ends even if the directory keeps growing."""
 
 
 def check_fetch_limit(limit: object) -> int:

@@ -95,6 +95,9 @@ class StoredEnvelope:
     first_delivery: bool
     """True exactly once per envelope across every process: the fetch that first handed it out."""
     expires_at_ms: int | None = None
+    requeued_from: tuple[str, ...] = ()
+    """A requeued dead letter's earlier ids, newest first (at most ``REQUEUE_LINEAGE``): replies to
+    any of them answer this envelope."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +199,9 @@ class IInboxStore(Protocol):
     - Poison limit: with ``max_deliveries`` N > 0, a pending envelope that ``fetch`` already handed out
       N times moves to the dead letters with reason ``max_deliveries`` instead of coming back.
     - Status: ``status`` tells a sender what became of envelopes it sent, within the status retention;
-      anything else (another agent's envelope, an unknown or older id) is ``unknown``.
+      anything else (another agent's envelope, an unknown or older id) is ``unknown``. Every way out of
+      an inbox (``ack``, a dead letter, expiry, a requeue) is recorded with the envelope's position, so
+      an id naming the sender's own envelope at another position is ``unknown`` too.
     """
 
     async def open(self) -> None: ...
@@ -271,11 +276,15 @@ class IInboxStore(Protocol):
         """What became of envelopes ``sender`` sent, one status per id in order (ids are checked).
 
         ``queued`` (in the inbox, never handed out), ``delivered`` (handed out ``deliveries`` times,
-        not acknowledged), ``acknowledged``, ``dead_lettered`` (with ``reason``), ``expired``; an id
-        ``sender`` did not send, or sent longer than the status retention ago, is ``unknown`` with no
-        other field, so one agent learns nothing about another's envelopes.
+        not acknowledged), ``acknowledged`` (``deliveries``: hand-outs before the acknowledgement),
+        ``dead_lettered`` (with ``reason``), ``expired``; an id ``sender`` did not send, sent longer
+        than the status retention ago, or with its position changed, is ``unknown`` with no other
+        field, so one agent learns nothing about another's envelopes. A dead letter that was requeued
+        (``IDeliveryQueue.requeue``) reads what the envelope it became reads, through up to
+        ``REQUEUE_LINEAGE`` requeues; the new id is the recipient's, not the sender's (``unknown``).
         Raises:
-            UnregisteredAgent, SessionSuperseded (when ``session`` is given), BackendUnavailable.
+            UnregisteredAgent, SessionSuperseded or SessionNotRegistered (when ``session`` is given),
+            BackendUnavailable.
         """
         ...
 
@@ -332,7 +341,8 @@ class IOperatorView(Protocol):
     - ``thread``: the envelopes linked to ``envelope_id`` through ``in_reply_to`` (its ancestors, the
       envelope itself and every reply below them, transitively), ordered by time accepted, among the
       envelopes still stored (acknowledged ones are deleted); empty when ``envelope_id`` is not stored
-      and no stored envelope answers it.
+      and no stored envelope answers it. A requeued dead letter is named by its old ids too
+      (``StoredEnvelope.requeued_from``): a reply to one of them answers it.
     - ``follow``: envelopes accepted after the call starts (for ``agent`` only when given), in the
       order each inbox got them, until the iterator is closed.
     Raises ``BackendUnavailable`` when the store cannot be read.
@@ -404,8 +414,9 @@ class INoticeStore(Protocol):
       reminds. A reminder is one notice, so reminders come at most once per interval.
     - A notice never acknowledges, never counts a delivery, never claims: what ``IInboxStore.fetch``
       returns (ids, order, ``deliveries``) is exactly what it would be without any wait.
-    - The caller's session is checked like a fetch's, before and after parking: a superseded
-      session's wait raises ``SessionSuperseded`` and moves no cursor.
+    - The caller's session is checked like a fetch's (one check for every store operation), before
+      and after parking: a superseded session's wait raises ``SessionSuperseded``, a session that
+      never registered ``SessionNotRegistered``, and neither moves a cursor.
     - A parked wait holds no store connection of its own; it is woken like a parked fetch (a send, a
       requeue, a new registration) and shares the fetches' caps (``max_waits_per_agent`` per agent,
       ``max_waits`` in all; one more raises ``TooManyWaits`` at once). Closing the store answers every
@@ -424,8 +435,8 @@ class INoticeStore(Protocol):
         Returns at once when something is to be announced (new envelopes, or a reminder falling due),
         else when it is, else an empty ``Notice`` after ``seconds``. ``listed`` caps ``envelopes``.
         Raises:
-            UnregisteredAgent, SessionSuperseded, TooManyWaits, BackendUnavailable; the cursor is
-            unchanged when any is raised.
+            UnregisteredAgent, SessionSuperseded, SessionNotRegistered, TooManyWaits,
+            BackendUnavailable; the cursor is unchanged when any is raised.
         """
         ...
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from broker.addresses import Address
 from broker.contract import RESERVED_FIELDS, Contract
 from broker.envelope import Envelope, Tier, from_ms, now_ms
-from broker.errors import InvalidArgument, RelayError, RelayNotRunning
+from broker.errors import BackendRefused, InvalidArgument, RelayError, RelayNotRunning
 from broker.ids import check_agent_id, check_idempotency_key, check_session_id
 from broker.limits import (
     DEFAULT_FETCH_LIMIT,
@@ -31,6 +31,8 @@ from broker.limits import (
     MAX_WAIT_SECONDS,
     NOTICE_LISTED,
     SWEEP_BATCH,
+    SWEEP_MAX_PAGES,
+    SWEEP_PAGE,
     check_envelope_ids,
     check_fetch_limit,
     check_ttl,
@@ -342,7 +344,8 @@ class Relay(Generic[Body]):
         Read-only for the inbox: nothing is acknowledged, no delivery is counted, fetch results are
         unchanged (``broker.ports.INoticeStore``). Parks like a blocking fetch, under the same caps.
         Raises:
-            InvalidArgument, UnregisteredAgent, SessionSuperseded, TooManyWaits, BackendUnavailable.
+            InvalidArgument, UnregisteredAgent, SessionSuperseded, SessionNotRegistered, TooManyWaits,
+            BackendUnavailable.
         """
         self._check_running()
         check_agent_id(agent)
@@ -389,13 +392,28 @@ class Relay(Generic[Body]):
 
     async def sweep(self, limit: int = SWEEP_BATCH) -> int:
         """Move expired envelopes among the ``limit`` oldest of every registered agent's inbox to its
-        dead letters; returns how many moved."""
+        dead letters; returns how many moved.
+
+        Walks every registration, ``SWEEP_PAGE`` at a time in agent id order. An agent whose sweep the
+        store refuses (``BackendRefused``: its keys are damaged) is logged and skipped, so it never
+        keeps the agents after it from being swept; a store that cannot be reached
+        (``BackendUnavailable``) ends the walk, and the next sweep starts it again."""
         self._check_running()
-        moved = 0
-        for registration in await self.registrations():
-            for tier, reason in await self._guard(self._inbox.sweep(registration.agent, limit)):
-                self.metrics.count_dead(tier, reason)
-                moved += 1
+        moved, after = 0, None
+        for _ in range(SWEEP_MAX_PAGES):
+            page = await self.registrations(SWEEP_PAGE, after)
+            for registration in page:
+                try:
+                    dropped = await self._guard(self._inbox.sweep(registration.agent, limit))
+                except BackendRefused as exc:
+                    log.warning("sweep of %s refused, skipped: %s", registration.agent, exc)
+                    continue
+                for tier, reason in dropped:
+                    self.metrics.count_dead(tier, reason)
+                    moved += 1
+            if len(page) < SWEEP_PAGE:
+                break
+            after = page[-1].agent
         return moved
 
     async def _sweep_forever(self, every: float) -> None:

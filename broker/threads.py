@@ -3,7 +3,9 @@
 ``linked`` is the one definition of a thread, shared by every ``IOperatorView``: starting from an
 envelope id, follow ``in_reply_to`` up to the root (as far as the envelopes are still stored), then
 collect every envelope that answers one already collected, transitively. Ordered by the millisecond
-accepted, and within one millisecond every answer after what it answers.
+accepted, and within one millisecond every answer after what it answers. A requeued dead letter is
+the envelope it was: an id it had before (``StoredEnvelope.requeued_from``) names it, so a reply to the
+old id answers it and a thread asked for by the old id finds it.
 """
 
 from __future__ import annotations
@@ -21,14 +23,22 @@ IN_REPLY_TO: Final = "in_reply_to"
 def linked(envelope_id: str, envelopes: Iterable[StoredEnvelope], limit: int = 1000) -> list[StoredEnvelope]:
     """The thread of ``envelope_id`` among ``envelopes``: at most ``limit``, oldest first."""
     by_id = {e.envelope_id: e for e in envelopes}
+    now_named = {old: e.envelope_id for e in by_id.values() for old in e.requeued_from if old not in by_id}
+
+    def now_of(one: str) -> str:
+        return now_named.get(one, one)
+
     replies: dict[str, list[str]] = {}
     for e in by_id.values():
         parent = e.fields.get(IN_REPLY_TO)
         if parent:
-            replies.setdefault(parent, []).append(e.envelope_id)
-    root, seen = envelope_id, {envelope_id}
+            replies.setdefault(now_of(parent), []).append(e.envelope_id)
+    root = now_of(envelope_id)
+    seen = {root}
     while (
-        (up := by_id.get(root)) is not None and (parent := up.fields.get(IN_REPLY_TO)) and parent not in seen
+        (up := by_id.get(root)) is not None
+        and (parent := up.fields.get(IN_REPLY_TO))
+        and (parent := now_of(parent)) not in seen
     ):
         seen.add(parent)
         root = parent

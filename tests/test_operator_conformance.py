@@ -8,11 +8,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
+from adapters.memory.delivery import MemoryDeliveryQueue
 from adapters.memory.operator_view import MemoryOperatorView
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.operator_view import RedisOperatorView
 from broker.addresses import Address
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.delivery import IDeliveryQueue
 from broker.envelope import Tier
 from broker.ports import IOperatorView
 from broker.relay import Relay
@@ -26,6 +29,14 @@ class TestMemoryOperatorView(OperatorViewConformance[AgentMessage]):
         state = MemoryState()
         async with Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state)) as relay:
             yield relay, MemoryOperatorView(state)
+
+    @contextlib.asynccontextmanager
+    async def make_view_and_queue(
+        self,
+    ) -> AsyncIterator[tuple[Relay[AgentMessage], IOperatorView, IDeliveryQueue]]:
+        state = MemoryState()
+        async with Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state)) as relay:
+            yield relay, MemoryOperatorView(state), MemoryDeliveryQueue(state)
 
     def body(self, n: int) -> AgentMessage:
         return AgentMessage(kind=Kind.KIND_NOTE, text=f"message {n}")
@@ -54,6 +65,19 @@ class TestRedisOperatorView(TestMemoryOperatorView):
                 yield relay, view
             finally:
                 await view.close()
+
+    @contextlib.asynccontextmanager
+    async def make_view_and_queue(
+        self,
+    ) -> AsyncIterator[tuple[Relay[AgentMessage], IOperatorView, IDeliveryQueue]]:
+        async with self.make_view() as (relay, view):
+            connection = view.connection  # type: ignore[attr-defined]
+            queue = RedisDeliveryQueue(connection)
+            await queue.open()
+            try:
+                yield relay, view, queue
+            finally:
+                await queue.close()
 
 
 class TestRedisClusterOperatorView(TestRedisOperatorView):

@@ -186,7 +186,12 @@ async def test_refusals_other_than_the_body(front: Front) -> None:
         assert rebound.status_code == 421  # the Host check of /mcp/agent guards the wait too
         big = await http.post(url, content=b" " * (MAX_BODY_BYTES + 1), headers=front.headers("bob", "b-1"))
         assert big.status_code == 413 and big.json()["error"]["violations"][0]["rule"] == "body.max_bytes"
-    superseded = await _wait(front, "bob", "b-0", {"timeout_ms": 0})
+    never = await _wait(front, "bob", "b-0", {"timeout_ms": 0})
+    assert (never.status_code, never.json()["error"]["code"]) == (409, "session_not_registered")
+    assert "RegisterAgentAddress" in never.json()["error"]["message"]
+    async with front.client("bob", "b-2") as bob:
+        data(await bob.call_tool("RegisterAgentAddress", REGISTER))
+    superseded = await _wait(front, "bob", "b-1", {"timeout_ms": 0})
     assert (superseded.status_code, superseded.json()["error"]["code"]) == (409, "session_superseded")
     unknown = await _wait(front, "nobody", "n-1", {"timeout_ms": 0})
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "unregistered_agent")

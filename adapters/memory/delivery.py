@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from adapters.memory.inbox import MemoryInboxStore
-from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState, MemoryStore
+from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryState, MemoryStore, Outcome
 from broker.delivery import DeadLetter
 from broker.envelope import now_ms
 from broker.errors import UnregisteredAgent
 from broker.ids import decode_envelope_id, is_envelope_id, new_nonce
+from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, StoredEnvelope
 
 _Key = tuple[str, tuple[int, int]]
@@ -35,7 +36,6 @@ class _Hold:
 @dataclass(slots=True)
 class _Shared:
     holds: dict[_Key, _Hold] = field(default_factory=dict)
-    requeued_from: dict[_Key, str] = field(default_factory=dict)
 
 
 class MemoryDeliveryQueue(MemoryStore):
@@ -68,7 +68,6 @@ class MemoryDeliveryQueue(MemoryStore):
         # entries acknowledged through the inbox store leave their hold behind; drop it here
         for key in [k for k in self._shared.holds if k[0] == agent and k[1] not in inbox.entries]:
             del self._shared.holds[key]
-            self._shared.requeued_from.pop(key, None)
 
     async def claim(
         self,
@@ -151,7 +150,6 @@ class MemoryDeliveryQueue(MemoryStore):
         for envelope_id in outcome.acknowledged:
             ms, seq, _ = decode_envelope_id(envelope_id)
             self._shared.holds.pop((agent, (ms, seq)), None)
-            self._shared.requeued_from.pop((agent, (ms, seq)), None)
         return outcome
 
     async def dead_letter(
@@ -166,7 +164,7 @@ class MemoryDeliveryQueue(MemoryStore):
             return False
         del self.state.inboxes[agent].entries[entry.position]
         self._shared.holds.pop(key, None)
-        self.state.bury(agent, entry, entry.deliveries, reason, self._shared.requeued_from.pop(key, None))
+        self.state.bury(agent, entry, entry.deliveries, reason)
         return True
 
     async def dead_letters(self, agent: str, limit: int = 100) -> list[DeadLetter]:
@@ -189,21 +187,22 @@ class MemoryDeliveryQueue(MemoryStore):
             stamp = now_ms()
             position = (stamp, 0) if stamp > ms else (ms, seq + 1)
             inbox.last = position
-            # requeued_from is kept beside the body fields, so the MCP fetch path never sees it
             entry = MemoryEntry(
-                position, new_nonce(), letter.sender, letter.tier, letter.sent_at_ms, dict(letter.fields)
+                position,
+                new_nonce(),
+                letter.sender,
+                letter.tier,
+                letter.sent_at_ms,
+                dict(letter.fields),
+                requeued_from=(letter.envelope_id, *letter.requeued_from)[:REQUEUE_LINEAGE],
             )
             inbox.entries[position] = entry
-            self._shared.requeued_from[(agent, position)] = letter.envelope_id
+            ms, seq, nonce = decode_envelope_id(letter.envelope_id)
+            went = Outcome((ms, seq), letter.attempts, "requeued", requeued_as=(position, entry.nonce))
+            self.state.left(agent, nonce, went)
             new_ids.append(entry.envelope_id)
         await inbox.wake()
         return new_ids
-
-    def requeued_from(self, agent: str, envelope_id: str) -> str | None:
-        """The id a requeued envelope had when it was dead-lettered (what Redis keeps in the
-        ``requeued_from`` field), or None."""
-        entry = self._entry(agent, envelope_id)
-        return None if entry is None else self._shared.requeued_from.get((agent, entry.position))
 
     async def release(self, agent: str, consumer: str, ids: Sequence[str] = ()) -> None:
         for envelope_id in ids:

@@ -8,24 +8,21 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from adapters.memory.state import PRUNE_EVERY, MemoryEntry, MemoryInbox, MemoryStore
+from adapters.memory.state import PRUNE_EVERY, MemoryEntry, MemoryInbox, MemoryStore, Outcome
 from broker.envelope import Tier, now_ms, widest
 from broker.errors import (
     IdempotencyConflict,
     InboxFull,
     RateLimited,
-    SessionNotRegistered,
-    SessionSuperseded,
     UnknownRecipient,
-    UnregisteredAgent,
 )
 from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
+from broker.limits import REQUEUE_LINEAGE
 from broker.ports import (
     AckOutcome,
     Appended,
     Fetched,
     MessageStatus,
-    Registration,
     SendOptions,
     StoredEnvelope,
 )
@@ -42,16 +39,6 @@ class MemoryInboxStore(MemoryStore):
             return sum(self.state.parked.values())
         return self.state.parked.get(agent, 0)
 
-    def _caller(self, agent: str, session: str | None) -> Registration:
-        registration = self.state.registrations.get(agent)
-        if registration is None:
-            raise UnregisteredAgent(agent)
-        if session is not None and registration.session != session:
-            if session in self.state.superseded.get(agent, ()):
-                raise SessionSuperseded(agent, session)
-            raise SessionNotRegistered(agent, session)
-        return registration
-
     async def append(
         self,
         sender: str,
@@ -62,7 +49,7 @@ class MemoryInboxStore(MemoryStore):
         sender_session: str | None = None,
         options: SendOptions = _NO_OPTIONS,
     ) -> Appended:
-        origin = self._caller(sender, sender_session)
+        origin = self.state.caller(sender, sender_session)
         state = self.state
         claim = None
         if options.idempotency_key is not None:
@@ -118,7 +105,7 @@ class MemoryInboxStore(MemoryStore):
     async def fetch(
         self, agent: str, limit: int, *, wait: float | None = None, session: str | None = None
     ) -> Fetched:
-        self._caller(agent, session)
+        self.state.caller(agent, session)
         self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
         dropped = self._drop(agent, inbox)
@@ -133,7 +120,7 @@ class MemoryInboxStore(MemoryStore):
                         )
             finally:
                 self.state.unpark(agent)
-            self._caller(agent, session)
+            self.state.caller(agent, session)
             dropped += self._drop(agent, inbox)
         out: list[StoredEnvelope] = []
         for entry in list(inbox.entries.values())[:limit]:
@@ -168,7 +155,7 @@ class MemoryInboxStore(MemoryStore):
     async def status(
         self, sender: str, ids: Sequence[str], *, session: str | None = None
     ) -> list[MessageStatus]:
-        self._caller(sender, session)
+        self.state.caller(sender, session)
         state = self.state
         now, retention = state.clock(), state.status_retention_ms
         mine = state.sent.get(sender, {})
@@ -180,24 +167,33 @@ class MemoryInboxStore(MemoryStore):
                 out.append(MessageStatus(envelope_id, "unknown"))
                 continue
             to, sent_at_ms = noted
-            inbox = state.inboxes.get(to)
-            entry = inbox.entries.get((ms, seq)) if inbox is not None else None
+            found = self._whereabouts(to, (ms, seq), nonce, now)
+            if found is None:
+                out.append(MessageStatus(envelope_id, "unknown"))
+            else:
+                out.append(MessageStatus(envelope_id, found[0], to, found[1], sent_at_ms, found[2]))
+        return out
+
+    def _whereabouts(
+        self, to: str, position: tuple[int, int], nonce: str, now: int
+    ) -> tuple[str, int, str | None] | None:
+        """(state, deliveries, reason) of the envelope at ``position`` with ``nonce`` in ``to``'s
+        inbox, following requeues (as ``lua/status.lua``); None when it is not known there."""
+        inbox = self.state.inboxes.get(to)
+        outcomes = self.state.outcomes.get(to, {})
+        for _ in range(REQUEUE_LINEAGE + 1):
+            entry = inbox.entries.get(position) if inbox is not None else None
             if entry is not None and entry.nonce == nonce:
                 if entry.expires_at_ms is not None and entry.expires_at_ms <= now:
-                    state_, deliveries, reason = "expired", entry.deliveries, "expired"
-                else:
-                    state_, deliveries, reason = (
-                        ("delivered" if entry.deliveries else "queued"),
-                        entry.deliveries,
-                        None,
-                    )
-            elif nonce in state.outcomes.get(to, {}):
-                deliveries, why = state.outcomes[to][nonce]
-                state_, reason = ("expired" if why == "expired" else "dead_lettered"), why
-            else:
-                state_, deliveries, reason = "acknowledged", None, None
-            out.append(MessageStatus(envelope_id, state_, to, deliveries, sent_at_ms, reason))
-        return out
+                    return "expired", entry.deliveries, "expired"
+                return ("delivered" if entry.deliveries else "queued"), entry.deliveries, None
+            outcome = outcomes.get(nonce)
+            if outcome is None or outcome.position != position:
+                return None
+            if outcome.requeued_as is None:
+                return outcome.state, outcome.attempts, outcome.reason
+            position, nonce = outcome.requeued_as
+        return None
 
     def _look_again(self, inbox: MemoryInbox, agent: str, session: str | None) -> bool:
         """Whether a parked fetch wakes: mail arrived, the store closes, or its session was replaced."""
@@ -207,7 +203,7 @@ class MemoryInboxStore(MemoryStore):
         return session is not None and (registration is None or registration.session != session)
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
-        self._caller(agent, session)
+        self.state.caller(agent, session)
         self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.get(agent)
         acknowledged: list[str] = []
@@ -218,6 +214,7 @@ class MemoryInboxStore(MemoryStore):
             entry = inbox.entries.get((ms, seq)) if inbox is not None else None
             if inbox is not None and entry is not None and entry.nonce == nonce and entry.deliveries > 0:
                 del inbox.entries[(ms, seq)]
+                self.state.left(agent, entry.nonce, Outcome(entry.position, entry.deliveries, "acknowledged"))
                 acknowledged.append(envelope_id)
                 origins.append((entry.sender, entry.tier))
             else:

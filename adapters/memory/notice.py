@@ -8,7 +8,6 @@ import contextlib
 import time
 
 from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryStore
-from broker.errors import SessionSuperseded, UnregisteredAgent
 from broker.ports import NOTICE_MAX_COUNT, Announced, Notice
 
 _START = (0, 0)
@@ -44,11 +43,7 @@ class MemoryNoticeStore(MemoryStore):
         self, agent: str, session: str, remind_after: float, listed: int
     ) -> tuple[Notice, float | None]:
         """As ``lua/notice.lua``: the notice due now, and the seconds until a reminder falls due."""
-        registration = self.state.registrations.get(agent)
-        if registration is None:
-            raise UnregisteredAgent(agent)
-        if registration.session != session:
-            raise SessionSuperseded(agent, session)
+        self.state.caller(agent, session)
         inbox = self.state.inboxes.get(agent)
         entries = list(inbox.entries.values()) if inbox is not None else []
         now = time.monotonic()

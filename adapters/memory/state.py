@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from broker.delivery import DeadLetter
 from broker.envelope import Tier, from_ms, now_ms
-from broker.errors import TooManyWaits
+from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
 from broker.ids import encode_envelope_id
 from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
 from broker.ports import Appended, Registration, StoredEnvelope
@@ -28,6 +28,7 @@ class MemoryEntry:
     fields: dict[str, str]
     deliveries: int = 0
     expires_at_ms: int | None = None
+    requeued_from: tuple[str, ...] = ()
 
     @property
     def envelope_id(self) -> str:
@@ -45,7 +46,22 @@ class MemoryEntry:
             deliveries=self.deliveries,
             first_delivery=first_delivery,
             expires_at_ms=self.expires_at_ms,
+            requeued_from=self.requeued_from,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an envelope left its inbox, for its sender's status (Redis keeps the same in its outcome
+    records): at which position, after how many deliveries, and how."""
+
+    position: tuple[int, int]
+    attempts: int
+    state: str
+    """``acknowledged``, ``dead_lettered``, ``expired`` or ``requeued``."""
+    reason: str | None = None
+    requeued_as: tuple[tuple[int, int], str] | None = None
+    """Position and nonce of the entry a requeued dead letter became."""
 
 
 @dataclass(slots=True)
@@ -111,6 +127,18 @@ class MemoryState:
             superseded=tuple(self.superseded.get(agent, ())),
         )
 
+    def caller(self, agent: str, session: str | None) -> Registration:
+        """``agent``'s registration when ``session`` may act for it (None = do not check): the one
+        session check of the memory stores (as ``lua/_session.lua``)."""
+        registration = self.registrations.get(agent)
+        if registration is None:
+            raise UnregisteredAgent(agent)
+        if session is not None and registration.session != session:
+            if session in self.superseded.get(agent, ()):
+                raise SessionSuperseded(agent, session)
+            raise SessionNotRegistered(agent, session)
+        return registration
+
     def appended(self, agent: str, entry: MemoryEntry) -> None:
         for queue in self.followers:
             queue.put_nowait((agent, entry))
@@ -128,8 +156,8 @@ class MemoryState:
     """(sender, idempotency key) -> (request hash, expires at ms, the first send's result)."""
     sent: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)
     """Status index: sender -> nonce -> (recipient, sent_at ms)."""
-    outcomes: dict[str, dict[str, tuple[int, str]]] = field(default_factory=dict)
-    """Recipient -> nonce -> (attempts, reason) of envelopes moved to its dead letters."""
+    outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    """Recipient -> nonce -> how each envelope left its inbox."""
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     """Agent -> reason -> envelopes of its inbox dead-lettered at fetch (expired, max_deliveries)."""
 
@@ -148,10 +176,19 @@ class MemoryState:
                 self.sent[sender] = kept
             else:
                 del self.sent[sender]
+        for agent, outcomes in list(self.outcomes.items()):
+            left = {nonce: o for nonce, o in outcomes.items() if o.position[0] >= oldest}
+            if left:
+                self.outcomes[agent] = left
+            else:
+                del self.outcomes[agent]
 
-    def bury(
-        self, agent: str, entry: MemoryEntry, attempts: int, reason: str, requeued_from: str | None = None
-    ) -> None:
+    def left(self, agent: str, nonce: str, outcome: Outcome) -> None:
+        """Record how the envelope with ``nonce`` left ``agent``'s inbox, for its sender's status."""
+        if self.status_retention_ms > 0:
+            self.outcomes.setdefault(agent, {})[nonce] = outcome
+
+    def bury(self, agent: str, entry: MemoryEntry, attempts: int, reason: str) -> None:
         """Move ``entry`` (already taken out of ``agent``'s inbox) to its dead letters, and record the
         outcome for its sender's status."""
         letter = DeadLetter(
@@ -164,11 +201,11 @@ class MemoryState:
             attempts=attempts,
             reason=reason,
             dead_at_ms=self.clock(),
-            requeued_from=requeued_from,
+            requeued_from=entry.requeued_from,
         )
         self.dead.setdefault(agent, []).append(letter)
-        if self.status_retention_ms > 0:
-            self.outcomes.setdefault(agent, {})[entry.nonce] = (attempts, reason[:120])
+        how = "expired" if reason == "expired" else "dead_lettered"
+        self.left(agent, entry.nonce, Outcome(entry.position, attempts, how, reason[:120]))
 
     notices: dict[str, tuple[str, tuple[int, int], float]] = field(default_factory=dict)
     """Per agent: the session of its mail-pending cursor, the newest position announced to it, and the

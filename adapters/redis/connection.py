@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from adapters.redis.errors import is_refusal, store_error
+from adapters.redis.errors import STORE_FAILURES, is_refusal, store_error
 from adapters.redis.keys import Keys
 from adapters.redis.pipeline import AutoPipeline
 from adapters.redis.routing import HEALTH_CHECK_SECONDS, ClusterRouter, SingleRouter
@@ -189,7 +189,7 @@ class RedisConnection:
                 if is_refusal(exc):
                     raise
                 raise store_error(exc) from exc
-            except (RedisError, OSError) as exc:
+            except STORE_FAILURES as exc:
                 if attempt + 1 < attempts and not isinstance(exc, TimeoutError | RedisTimeoutError):
                     continue
                 raise store_error(exc) from exc
@@ -205,7 +205,7 @@ class RedisConnection:
             try:
                 async with self._plain:
                     return await operation(stack.client)
-            except (RedisError, OSError) as exc:
+            except STORE_FAILURES as exc:
                 if attempt + 1 < attempts and not isinstance(
                     exc, ResponseError | TimeoutError | RedisTimeoutError
                 ):
@@ -216,7 +216,7 @@ class RedisConnection:
     async def _stack_or_unavailable(self) -> _Stack:
         try:
             return await self.stack()
-        except (RedisError, OSError, TimeoutError) as exc:
+        except (*STORE_FAILURES, TimeoutError) as exc:
             raise store_error(exc) from exc
 
     async def delete_prefix(self) -> int:
@@ -265,7 +265,7 @@ class RedisConnection:
                     await stack.pipeline.command_on(node, "PING")
                 info = str(await stack.pipeline.command_on(router.primaries()[0], "CLUSTER", "INFO"))
                 return "cluster_state:ok" in info
-        except (RedisError, OSError, TimeoutError):
+        except (*STORE_FAILURES, TimeoutError):
             return False
 
 

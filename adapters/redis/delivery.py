@@ -21,12 +21,13 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import dead_letter, entry_id, envelope_id, rows
 from adapters.redis.errors import store_error
-from adapters.redis.inbox import RedisInboxStore
+from adapters.redis.inbox import RedisInboxStore, outcome_hash
 from adapters.redis.keys import GROUP
 from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms, now_ms
 from broker.errors import UnregisteredAgent
 from broker.ids import is_envelope_id, new_nonce
+from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, StoredEnvelope
 
 log = logging.getLogger("relay.delivery")
@@ -146,21 +147,14 @@ class RedisDeliveryQueue:
             return False
         stream_id, nonce = entry_id(envelope_id)
         keys = self.keys
-        dead_at = format_time(from_ms(now_ms()))
+        now = now_ms()
+        outcomes, until = outcome_hash(self.connection, agent, now)
         try:
             # not retried: after a lost reply the entry is gone, and a retry would report False
             moved = await self.connection.script(
                 self.scripts.dead_letter,
-                [keys.inbox(agent), keys.dead_letters(agent), keys.outcomes(agent)],
-                [
-                    GROUP,
-                    stream_id,
-                    nonce,
-                    consumer or "",
-                    reason,
-                    dead_at,
-                    self.connection.settings.status_retention_ms,
-                ],
+                [keys.inbox(agent), keys.dead_letters(agent), outcomes],
+                [GROUP, stream_id, nonce, consumer or "", reason, format_time(from_ms(now)), until],
                 idempotent=False,
                 durable=True,
             )
@@ -200,12 +194,13 @@ class RedisDeliveryQueue:
 
     async def _requeue_call(self, agent: str, wanted: Sequence[str], count: int) -> list[str]:
         keys = self.keys
-        args: list[str | int] = [GROUP, keys.wake_channel(), agent, len(wanted), *wanted]
-        args += [new_nonce() for _ in range(count)]
+        outcomes, until = outcome_hash(self.connection, agent, now_ms())
+        args: list[str | int] = [GROUP, keys.wake_channel(), agent, until, REQUEUE_LINEAGE, len(wanted)]
+        args += [*wanted, *(new_nonce() for _ in range(count))]
         try:
             flat = await self.connection.script(
                 self.scripts.requeue,
-                [keys.dead_letters(agent), keys.inbox(agent)],
+                [keys.dead_letters(agent), keys.inbox(agent), outcomes],
                 args,
                 idempotent=False,
                 durable=True,

@@ -63,7 +63,7 @@ def stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
     sent_at = fields.pop(SENT_AT, "")
     nonce = fields.pop(NONCE, "")
     expires_at = fields.pop(EXPIRES_AT, None)
-    fields.pop(REQUEUED_FROM, None)  # set on dead letters brought back; not part of the body
+    requeued_from = fields.pop(REQUEUED_FROM, "")  # set on dead letters brought back; not in the body
     return StoredEnvelope(
         envelope_id=envelope_id(str(stream_id), nonce),
         sender=sender,
@@ -74,6 +74,7 @@ def stored(agent: str, row: Sequence[object]) -> StoredEnvelope:
         deliveries=int(str(deliveries)),
         first_delivery=bool(int(str(first))),
         expires_at_ms=int(expires_at) if expires_at else None,
+        requeued_from=tuple(requeued_from.split()),
     )
 
 
@@ -99,7 +100,7 @@ def dead_letter(agent: str, values: object) -> DeadLetter:
     meta = {k: fields.pop(k, "") for k in DEAD_LETTER_FIELDS}
     header = {k: fields.pop(k, "") for k in HEADER}
     fields.pop(EXPIRES_AT, None)
-    requeued_from = fields.pop(REQUEUED_FROM, None)
+    requeued_from = fields.pop(REQUEUED_FROM, "")
     return DeadLetter(
         envelope_id=meta["envelope_id"],
         sender=header[FROM],
@@ -110,5 +111,5 @@ def dead_letter(agent: str, values: object) -> DeadLetter:
         attempts=int(meta["attempts"] or 0),
         reason=meta["reason"],
         dead_at_ms=to_ms(parse_time(meta["dead_at"])),
-        requeued_from=requeued_from,
+        requeued_from=tuple(requeued_from.split()),
     )

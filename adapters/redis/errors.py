@@ -11,12 +11,19 @@ from __future__ import annotations
 import re
 
 from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
     ClusterDownError,
+    ClusterError,
+    MasterDownError,
+    MovedError,
     NoPermissionError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -37,6 +44,26 @@ each Redis version (7: ``script: SHA, on @user_script:N.``; 6: ``Error running s
 @user_script:N: -ERR ...``)."""
 _OUT_OF_MEMORY = "OOM command not allowed"
 
+STORE_FAILURES = (RedisError, RedisClusterException, OSError)
+"""What a call to Redis may raise besides a reply: redis-py's errors, its cluster client's own
+(``SlotNotCoveredError`` is not a ``RedisError``) and the socket's; ``store_error`` translates each."""
+
+_NOT_READY: tuple[tuple[type[BaseException], str, str], ...] = (
+    (TryAgainError, "TRYAGAIN", "a slot is being moved between nodes"),
+    (MasterDownError, "MASTERDOWN", "a replica lost the link to its master"),
+    (ClusterDownError, "CLUSTERDOWN", "the cluster is down: a hash slot is not served"),
+    (SlotNotCoveredError, "CLUSTERDOWN", "no node serves the key's hash slot"),
+    (MovedError, "MOVED", "the cluster kept redirecting the call while slots move"),
+    (AskError, "ASK", "the cluster kept redirecting the call while a slot moves"),
+    (ReadOnlyError, "READONLY", "the node is a read-only replica: a failover is under way"),
+    (BusyLoadingError, "LOADING", "the server is loading its data set"),
+    (ClusterError, "TTL exhausted", "the cluster kept redirecting the call"),
+)
+"""Refusals after which the server ran nothing and that pass by themselves (a failover, a slot moving,
+a restart): the condition's name as Redis spells it, and what it means. redis-py drops the name from the
+message (``TRYAGAIN Multiple keys ...`` becomes "Multiple keys ..."), so it is named by class; subclasses
+come before their bases."""
+
 
 def is_refusal(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and str(exc).startswith(RELAY_REFUSAL)
@@ -54,11 +81,11 @@ def store_error(exc: BaseException) -> RelayError:
             f"the message store did not answer in time ({exc}); the operation may have landed; retry "
             "shortly (a retried send can arrive twice)"
         )
-    if isinstance(exc, TryAgainError | ClusterDownError | ReadOnlyError):
-        return BackendUnavailable(
-            f"the message store cluster is failing over or moving slots ({_code(exc)}); nothing was "
-            "written; retry shortly"
-        )
+    for kind, condition, meaning in _NOT_READY:
+        if isinstance(exc, kind):
+            return BackendUnavailable(
+                f"the message store is not ready ({condition}: {meaning}); nothing was written; retry shortly"
+            )
     if isinstance(exc, RedisConnectionError | OSError):
         return BackendUnavailable(f"the message store is unavailable ({type(exc).__name__}); retry shortly")
     if isinstance(exc, OutOfMemoryError) or _OUT_OF_MEMORY in str(exc):
@@ -77,13 +104,9 @@ def store_error(exc: BaseException) -> RelayError:
             f"the message store refused the operation ({_clean(exc)}); retrying will not help, see the "
             "relay's log"
         )
-    if isinstance(exc, RedisError):  # unreadable replies and the like: the connection is suspect
+    if isinstance(exc, RedisError | RedisClusterException):  # unreadable replies and the like
         return BackendUnavailable(f"the message store failed ({type(exc).__name__}); retry shortly")
     raise exc
-
-
-def _code(exc: BaseException) -> str:
-    return (str(exc).split() or [type(exc).__name__])[0]
 
 
 def _clean(exc: BaseException) -> str:

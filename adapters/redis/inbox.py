@@ -41,6 +41,7 @@ from broker.errors import (
     UnregisteredAgent,
 )
 from broker.ids import decode_envelope_id, new_nonce
+from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, Appended, Fetched, MessageStatus, SendOptions
 
 DAY_MS: Final = 24 * 3600 * 1000
@@ -48,6 +49,19 @@ SKEW_MS: Final = 5 * 60 * 1000
 """A send is noted under its worker's day; its entry id carries Redis's time. Status looks at the days
 this far either side, so clocks this far apart still find it."""
 _NO_OPTIONS: Final = SendOptions()
+
+
+def retained_until(day: int, retention_ms: int) -> int:
+    """When a status key of ``day`` (a sent index, an outcome hash) expires, in ms since the epoch: the
+    status retention after the day ends, plus the clocks' skew; 0 when no status is kept."""
+    return (day + 1) * DAY_MS + retention_ms + SKEW_MS if retention_ms > 0 else 0
+
+
+def outcome_hash(connection: RedisConnection, agent: str, now: int) -> tuple[str, int]:
+    """The outcome hash of ``agent``'s inbox for a record written at ``now`` (ms, the worker's clock),
+    and when it expires (0: keep no record)."""
+    day = now // DAY_MS
+    return connection.keys.outcomes(agent, day), retained_until(day, connection.settings.status_retention_ms)
 
 
 class RedisInboxStore:
@@ -88,8 +102,7 @@ class RedisInboxStore:
         if key is not None:
             check_keys.append(keys.idempotency_claim(sender, key))
             append_keys.append(keys.idempotency_record(to, sender, key))
-        retention = settings.status_retention_ms
-        index_until = (day + 1) * DAY_MS + retention + SKEW_MS if retention > 0 else 0
+        index_until = retained_until(day, settings.status_retention_ms)
         window = settings.idempotency_window_ms
         check_args: list[str | int] = [
             sender_session or "",
@@ -181,6 +194,7 @@ class RedisInboxStore:
         connection, keys = self.connection, self.keys
         settings = connection.settings
         now = self.clock()
+        outcomes, until = outcome_hash(connection, agent, now)
         try:
             reply, dropped = await connection.script(
                 connection.scripts.fetch,
@@ -188,19 +202,10 @@ class RedisInboxStore:
                     keys.registration(agent),
                     keys.inbox(agent),
                     keys.dead_letters(agent),
-                    keys.outcomes(agent),
+                    outcomes,
                     keys.delivery_counts(agent),
                 ],
-                [
-                    session or "",
-                    GROUP,
-                    agent,
-                    limit,
-                    now,
-                    settings.max_deliveries,
-                    format_ms(now),
-                    settings.status_retention_ms,
-                ],
+                [session or "", GROUP, agent, limit, now, settings.max_deliveries, format_ms(now), until],
                 idempotent=True,
             )
         except ResponseError as exc:
@@ -210,16 +215,12 @@ class RedisInboxStore:
     async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
         connection, keys = self.connection, self.keys
         now = self.clock()
+        outcomes, until = outcome_hash(connection, agent, now)
         try:
             dropped = await connection.script(
                 connection.scripts.sweep,
-                [
-                    keys.inbox(agent),
-                    keys.dead_letters(agent),
-                    keys.outcomes(agent),
-                    keys.delivery_counts(agent),
-                ],
-                [GROUP, now, format_ms(now), connection.settings.status_retention_ms, limit],
+                [keys.inbox(agent), keys.dead_letters(agent), outcomes, keys.delivery_counts(agent)],
+                [GROUP, now, format_ms(now), until, limit],
                 idempotent=True,
             )
         except ResponseError as exc:
@@ -261,21 +262,28 @@ class RedisInboxStore:
         for (to, wanted), reply in zip(found.items(), replies, strict=True):
             for (i, one, sent_ms), (state, deliveries, reason) in zip(wanted, reply, strict=True):
                 count = int(str(deliveries))
-                out[i] = MessageStatus(
-                    one, str(state), to, count if count >= 0 else None, sent_ms, str(reason) or None
-                )
+                if state != "unknown":
+                    out[i] = MessageStatus(
+                        one, str(state), to, count if count >= 0 else None, sent_ms, str(reason) or None
+                    )
         return out
 
     async def _outcomes(self, to: str, ids: list[str], now: int) -> list[list[object]]:
-        args: list[str | int] = [GROUP, now]
+        """``status.lua`` on ``to``'s slot; each envelope's outcome record may be in the hash of any day
+        from its entry's (less the clocks' skew) to today's, and is looked for newest first."""
+        keys = [self.keys.inbox(to)]
+        positions: dict[int, int] = {}
+        args: list[str | int] = [GROUP, now, REQUEUE_LINEAGE]
         for one in ids:
-            args += entry_id(one)
+            days = range((now + SKEW_MS) // DAY_MS, (decode_envelope_id(one)[0] - SKEW_MS) // DAY_MS - 1, -1)
+            for day in days:
+                if day not in positions:
+                    keys.append(self.keys.outcomes(to, day))
+                    positions[day] = len(keys)
+            args += (*entry_id(one), " ".join(str(positions[day]) for day in days))
         try:
             reply: list[list[object]] = await self.connection.script(
-                self.connection.scripts.status,
-                [self.keys.inbox(to), self.keys.outcomes(to)],
-                args,
-                idempotent=True,
+                self.connection.scripts.status, keys, args, idempotent=True
             )
         except ResponseError as exc:
             raise _refusal(exc, to, None, to) from exc
@@ -284,14 +292,15 @@ class RedisInboxStore:
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         if not ids:
             return AckOutcome()
-        args: list[str] = [session or "", GROUP]
+        connection, keys = self.connection, self.keys
+        outcomes, until = outcome_hash(connection, agent, self.clock())
+        args: list[str | int] = [session or "", GROUP, until]
         for one in ids:
             args += entry_id(one)
-        connection, keys = self.connection, self.keys
         try:
             replies = await connection.script(
                 connection.scripts.ack,
-                [keys.registration(agent), keys.inbox(agent)],
+                [keys.registration(agent), keys.inbox(agent), outcomes],
                 args,
                 idempotent=True,
                 durable=True,

@@ -61,10 +61,11 @@ class Keys:
         epoch, UTC); expires the status retention after the day ends."""
         return f"{self.prefix}:sent:{{{sender}}}:{day}"
 
-    def outcomes(self, agent: str) -> str:
-        """Hash: nonce -> "<attempts> <reason>" of envelopes moved from ``agent``'s inbox to its dead
-        letters, for their senders' status; expires the status retention after the last one."""
-        return f"{self.prefix}:outcome:{{{agent}}}"
+    def outcomes(self, agent: str, day: int) -> str:
+        """Hash: nonce -> "<entry id> <attempts> <how>" of envelopes that left ``agent``'s inbox on
+        ``day`` (days since the epoch, UTC; acknowledged, dead-lettered, expired or requeued), for their
+        senders' status; expires the status retention after the day ends."""
+        return f"{self.prefix}:outcome:{{{agent}}}:{day}"
 
     def delivery_counts(self, agent: str) -> str:
         """Hash: envelopes of ``agent``'s inbox dead-lettered at fetch, by reason (``expired``,

@@ -30,6 +30,8 @@ _PRELUDES = {
     "status_index": ("_session",),
     "sweep": ("_entry",),
     "send": ("_entry", "_session"),
+    "notice": ("_session",),
+    "requeue": ("_entry",),
 }
 
 

@@ -25,6 +25,7 @@ from mcp.types import (
     INVALID_REQUEST,
     CallToolRequestParams,
     CallToolResult,
+    CancelledNotificationParams,
     ListToolsResult,
     PaginatedRequestParams,
     TextContent,
@@ -32,6 +33,7 @@ from mcp.types import (
 )
 
 from broker.agent_message import AgentMessage
+from broker.front import hangup
 from broker.front.tokens import AgentIdentity
 from broker.front.tools import DEFAULT_TOOLS, AgentTool, ToolOptions, relay_tools
 from broker.relay import Relay
@@ -97,12 +99,26 @@ def build_mcp_server(
             raise MCPError(
                 code=INVALID_PARAMS, message=f"unknown tool {shown(params.name)!r}; see tools/list"
             )
-        result = await tool.call(identity_of(ctx), params.arguments or {})
+        who = identity_of(ctx)
+        key = None if ctx.request_id is None else (who.agent, who.session, ctx.request_id)
+        receive = getattr(ctx.request, "receive", None)
+        current = hangup.CURRENT.set(hangup.Request(receive, key, cancellations))
+        try:
+            result = await tool.call(who, params.arguments or {})
+        finally:
+            hangup.CURRENT.reset(current)
         if result.structured_content is not None and ctx.protocol_version < STRUCTURED_CONTENT_SINCE:
             return as_text(result)
         return result
 
-    return Server(
+    async def cancelled(ctx: ServerRequestContext[Any, Any], params: CancelledNotificationParams) -> None:
+        # each stateless POST is its own MCP connection: the SDK cannot match this to the call it names
+        if params.request_id is not None:
+            who = identity_of(ctx)
+            cancellations.cancel((who.agent, who.session, params.request_id))
+
+    cancellations = hangup.Cancellations()
+    server: Server[Any] = Server(
         "relay",
         version=VERSION,
         instructions=INSTRUCTIONS,
@@ -110,6 +126,8 @@ def build_mcp_server(
         on_call_tool=call_tool,
         get_tool_input_schema=annotated.get,
     )
+    server.add_notification_handler("notifications/cancelled", CancelledNotificationParams, cancelled)
+    return server
 
 
 def as_text(result: CallToolResult) -> CallToolResult:

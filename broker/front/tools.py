@@ -28,6 +28,7 @@ from broker.errors import (
     json_type,
 )
 from broker.front.errors import tool_error
+from broker.front.hangup import unless_abandoned
 from broker.front.tokens import AgentIdentity
 from broker.ids import check_agent_id
 from broker.limits import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, MAX_STATUS_IDS
@@ -212,7 +213,9 @@ class FetchAgentInbox(RelayTool):
     One result holds at most ``max_response_bytes`` of encoded envelopes (always at least one): a
     message's text may encode to six times its stored size (``\u0000``), and 256 of them would make a
     response of well over 100 MB. The envelopes left out stay unacknowledged and come first at the next
-    fetch; the store counted them as handed out, so their ``deliveries`` is one higher then.
+    fetch; the store counted them as handed out, so their ``deliveries`` is one higher then. A parked
+    fetch whose caller hangs up or cancels the call ends at once (``broker.front.hangup``), freeing its
+    wait slot.
     """
 
     name = "FetchAgentInbox"
@@ -241,7 +244,9 @@ class FetchAgentInbox(RelayTool):
                 "wait_ms", "wait_ms.range", f"must be a whole number of milliseconds, 0 to {self.max_wait_ms}"
             )
         wait = min(wait_ms, self.max_wait_ms) / 1000 if wait_ms else None
-        got = await self.relay.fetch(who.agent, limit, wait, session=who.session)
+        fetching = self.relay.fetch(who.agent, limit, wait, session=who.session)
+        # a parked fetch whose caller hung up or cancelled it gives its wait slot back at once
+        got = await unless_abandoned(fetching, []) if wait else await fetching
         envelopes: list[dict[str, Any]] = []
         size = 0
         for envelope in got:

@@ -26,6 +26,7 @@ from broker.agent_message import KIND_LABELS, AgentMessage
 from broker.envelope import format_time
 from broker.errors import InternalError, InvalidArgument, RelayError, error_body, json_type
 from broker.front.errors import http_status
+from broker.front.hangup import hung_up
 from broker.limits import MAX_NOTICE_WAIT_SECONDS
 from broker.preview import preview
 from broker.relay import MailNotice, Relay
@@ -179,8 +180,7 @@ class _Waiting:
 
 async def _hang_up(receive: Receive, waiting: _Waiting) -> None:
     """Cancel the wait when the caller disconnects (the body was read: nothing else can come)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    await hung_up(receive)
     if waiting.task is not None:
         waiting.task.cancel()
 

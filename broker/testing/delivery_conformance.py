@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from broker.envelope import now_ms
-from broker.errors import IdempotencyConflict, InvalidArgument, RateLimited, UnknownRecipient
+from broker.errors import IdempotencyConflict, InboxFull, InvalidArgument, RateLimited, UnknownRecipient
 from broker.limits import DEFAULT_STATUS_RETENTION_MS, MAX_STATUS_IDS, MAX_TTL_MS
 from broker.testing.base import ConformanceBase, Limits
 
@@ -33,6 +33,13 @@ class FakeClock:
 
     def advance(self, ms: int) -> None:
         self.now += ms
+
+
+def forge(envelope_id: str, place: int) -> str:
+    """``envelope_id`` with one character of its stream position changed (``place`` 4-13: the
+    milliseconds, 14-19: the sequence number): the same nonce at another position."""
+    digit = "1" if envelope_id[place] != "1" else "2"
+    return envelope_id[:place] + digit + envelope_id[place + 1 :]
 
 
 class DeliveryConformance(ConformanceBase[Body]):
@@ -152,6 +159,23 @@ class DeliveryConformance(ConformanceBase[Body]):
             assert (status.state, status.deliveries) == ("expired", 0)
             assert [e.id for e in await relay.fetch("bob", 16)] == [kept.id]
 
+    async def test_the_sweep_reaches_every_agent(self) -> None:
+        clock = FakeClock()
+        async with self.make_relays(1, Limits(inbox_cap=5, clock=clock)) as (relay,):
+            agents = [f"agent-{i:04d}" for i in range(1002)]
+            for start in range(0, len(agents), 100):
+                chunk = agents[start : start + 100]
+                await asyncio.gather(*(self._agents(relay, agent) for agent in chunk))
+            last = agents[-1]  # sorts after the first thousand registrations
+            for n in range(5):
+                await relay.send(agents[0], last, self.body(n), ttl_ms=1000)
+            with pytest.raises(InboxFull):
+                await relay.send(agents[0], last, self.body(5))
+            clock.advance(1500)
+            assert await relay.sweep() == 5
+            sent = await relay.send(agents[0], last, self.body(6))
+            assert [e.id for e in await relay.fetch(last, 16)] == [sent.id]
+
     # -- poison limit ---------------------------------------------------------------------------------
 
     async def test_an_envelope_handed_out_max_deliveries_times_is_dead_lettered(self) -> None:
@@ -189,7 +213,7 @@ class DeliveryConformance(ConformanceBase[Body]):
             await one.fetch("bob", 16)
             assert await state() == ("delivered", 2)
             await one.ack("bob", [sent.id])
-            assert await state() == ("acknowledged", None)
+            assert await state() == ("acknowledged", 2)  # the hand-outs are kept after the ack
             for asker in ("bob", "mallory"):
                 (other,) = await one.status(asker, [sent.id])
                 assert (other.state, other.to, other.deliveries, other.sent_at_ms) == (
@@ -209,6 +233,27 @@ class DeliveryConformance(ConformanceBase[Body]):
             assert [s.state for s in statuses] == ["queued", "unknown", "queued"]
             clock.advance(DEFAULT_STATUS_RETENTION_MS + 60_000)
             assert [s.state for s in await relay.status("alice", [sent.id])] == ["unknown"]
+
+    async def test_the_senders_own_nonce_at_another_position_is_unknown(self) -> None:
+        async with self.make_relays(1, Limits(max_deliveries=1)) as (relay,):
+            await self._agents(relay, "alice", "bob")
+            acked = await relay.send("alice", "bob", self.body(1))
+            poison = await relay.send("alice", "bob", self.body(2))
+            queued = await relay.send("alice", "bob", self.body(3))
+            await relay.fetch("bob", 2)
+            await relay.ack("bob", [acked.id])
+            await relay.fetch("bob", 16)  # poison is dead-lettered instead of handed out again
+            real = await relay.status("alice", [acked.id, poison.id, queued.id])
+            assert [s.state for s in real] == ["acknowledged", "dead_lettered", "delivered"]
+            forged = [forge(sent.id, place) for sent in (acked, poison, queued) for place in (13, 19)]
+            for status in await relay.status("alice", forged):
+                assert (status.state, status.to, status.deliveries, status.sent_at_ms, status.reason) == (
+                    "unknown",
+                    None,
+                    None,
+                    None,
+                    None,
+                ), status
 
     async def test_status_requests_are_bounded(self) -> None:
         async with self.make_relays(1) as (relay,):

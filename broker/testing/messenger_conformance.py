@@ -173,6 +173,41 @@ class MessengerConformance(ABC, Generic[Body]):
             assert await self._nothing(messenger, "bob")
             assert await messenger.relay.fetch("bob", 16) == []
 
+    async def test_the_senders_status_follows_a_requeued_dead_letter(self) -> None:
+        async with self.make_messengers(1, FAST) as (messenger,):
+            await self._agents(messenger, "alice", "bob")
+            sent = await messenger.send("alice", "bob", self.body(0))
+
+            async def status() -> tuple[str, int | None, str | None]:
+                (found,) = await messenger.relay.status("alice", [sent.id])
+                assert (found.to, found.sent_at_ms) == ("bob", int(sent.sent_at.timestamp() * 1000))
+                return found.state, found.deliveries, found.reason
+
+            async def fail_all() -> None:
+                async with messenger.receive("bob") as receiving:
+                    for attempt in range(1, FAST.max_attempts + 1):
+                        (delivery,) = await self._take(receiving, 1)
+                        await delivery.fail(f"RuntimeError: attempt {attempt}")
+
+            await fail_all()
+            dead = ("dead_lettered", FAST.max_attempts, f"RuntimeError: attempt {FAST.max_attempts}")
+            assert await status() == dead
+            (again,) = await messenger.requeue("bob")
+            assert await status() == ("queued", 0, None)
+            await fail_all()  # dead-lettered a second time, and requeued again
+            assert await status() == dead
+            (third,) = await messenger.requeue("bob")
+            assert third not in (sent.id, again)
+            assert await status() == ("queued", 0, None)
+            async with messenger.receive("bob") as receiving:
+                (delivery,) = await self._take(receiving, 1)
+                assert delivery.envelope.id == third
+                assert await status() == ("delivered", 1, None)
+                assert await delivery.ack()
+            assert await status() == ("acknowledged", 1, None)
+            # the recipient's ids of the requeued copies are not the sender's to ask about
+            assert [s.state for s in await messenger.relay.status("alice", [again, third])] == ["unknown"] * 2
+
     async def test_serve_retries_until_success_then_acknowledges_once(self) -> None:
         async with self.make_messengers(1, FAST) as (messenger,):
             await self._agents(messenger, "alice", "bob")

@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 
 from broker.envelope import Tier
-from broker.errors import SessionSuperseded, TooManyWaits, UnregisteredAgent
+from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
 from broker.limits import NOTICE_LISTED
 from broker.relay import MailNotice, Relay
 from broker.testing.base import WAIT_BOUND, ConformanceBase, Limits
@@ -118,6 +118,23 @@ class NoticeConformance(ConformanceBase[Body]):
             assert (await relay.wait_for_mail("bob", "new", 0)).count == 0
             with pytest.raises(UnregisteredAgent):
                 await relay.wait_for_mail("nobody", "s-1", 0)
+
+    async def test_a_wait_of_a_session_that_never_registered_is_told_to_register_first(self) -> None:
+        async with self.make_relays(1) as (relay,):
+            await self._agents(relay, "alice")
+            for session in ("bob-1", "bob-2"):
+                await relay.register("bob", self.address(Tier.HOST, "bob"), session)
+            await relay.send("alice", "bob", self.body(0))
+            for wait in (0, 0.1):
+                with pytest.raises(SessionNotRegistered) as refused:
+                    await relay.wait_for_mail("bob", "bob-new", wait)
+                assert refused.value.code == "session_not_registered"
+                assert "RegisterAgentAddress" in refused.value.message
+                with pytest.raises(SessionSuperseded):  # a replaced session is told so
+                    await relay.wait_for_mail("bob", "bob-1", wait)
+            # neither refusal moved the cursor: the live session is told about the envelope once
+            assert (await relay.wait_for_mail("bob", "bob-2", 0)).count == 1
+            assert (await relay.wait_for_mail("bob", "bob-2", 0)).count == 0
 
     async def test_many_waiters_each_woken_by_their_own_mail(self) -> None:
         async with self.make_relays(2) as (one, two):

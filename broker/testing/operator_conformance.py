@@ -7,6 +7,9 @@ Subclass it in a test module (the class name must start with ``Test``) and imple
         def body(self, n): ...              # distinct valid bodies
         def reply(self, n, envelope_id): ...# a valid body answering envelope_id (in_reply_to)
         def address(self, tier, agent): ... # an address of that tier
+
+and, for the tests of requeued dead letters (skipped otherwise), ``make_view_and_queue``: the same
+with the backend's ``IDeliveryQueue`` of that store.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Generic, TypeVar
 
+import pytest
+
 from broker.addresses import Address
+from broker.delivery import IDeliveryQueue
 from broker.envelope import Tier
 from broker.ports import IOperatorView
 from broker.relay import Relay
@@ -30,6 +36,12 @@ class OperatorViewConformance(ABC, Generic[Body]):
     @abstractmethod
     def make_view(self) -> AbstractAsyncContextManager[tuple[Relay[Body], IOperatorView]]:
         """A started relay on a fresh, empty store, and an opened view of that store."""
+
+    def make_view_and_queue(
+        self,
+    ) -> AbstractAsyncContextManager[tuple[Relay[Body], IOperatorView, IDeliveryQueue]]:
+        """A started relay, an opened view and an opened delivery queue of one fresh store."""
+        pytest.skip(f"{type(self).__name__} wires no delivery queue (make_view_and_queue)")
 
     @abstractmethod
     def body(self, n: int) -> Body: ...
@@ -111,6 +123,25 @@ class OperatorViewConformance(ABC, Generic[Body]):
                 assert all(shown.index(parents[e]) < shown.index(e) for e in parents)
             assert len(await view.thread(ask, limit=2)) == 2
             assert await view.thread("env_00000000000000000000000000") == []
+
+    async def test_a_requeued_dead_letter_keeps_its_thread(self) -> None:
+        async with self.make_view_and_queue() as (relay, view, queue):
+            await self._agents(relay, "alice", "bob")
+            ask = (await relay.send("alice", "bob", self.body(1))).id
+            answer = (await relay.send("bob", "alice", self.reply(2, ask))).id
+            now = ask
+            for _ in range(2):  # dead-lettered and requeued twice: a new id each time
+                (claimed,) = await queue.claim("bob", "bob@loop", 1, visibility=30.0)
+                assert claimed.envelope_id == now
+                assert await queue.dead_letter("bob", now, "RuntimeError: boom", consumer="bob@loop")
+                (now,) = await queue.requeue("bob")
+            follow_up = (await relay.send("alice", "bob", self.reply(3, ask))).id
+            thread = {ask: [now, answer, follow_up]}
+            for start in (ask, now, answer, follow_up):
+                shown = [e.envelope_id for e in await view.thread(start)]
+                assert sorted(shown) == sorted(thread[ask]), start
+            (requeued,) = [e for e in await view.unacknowledged("bob") if e.envelope_id == now]
+            assert requeued.requeued_from[-1] == ask and len(requeued.requeued_from) == 2
 
     async def test_follow_sees_new_envelopes_and_counts_nothing(self) -> None:
         async with self.make_view() as (relay, view):

@@ -168,6 +168,6 @@ def _json(letter: DeadLetter) -> dict[str, object]:
         "dead_at": format_time(from_ms(letter.dead_at_ms)),
         "fields": dict(letter.fields),
     }
-    if letter.requeued_from is not None:
-        data["requeued_from"] = letter.requeued_from
+    if letter.requeued_from:
+        data["requeued_from"] = letter.requeued_from[0]
     return data

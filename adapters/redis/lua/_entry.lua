@@ -55,10 +55,35 @@ local function envelope_id(id, nonce)
   return 'env_' .. base32(tonumber(string.sub(id, 1, dash - 1)), 10)
     .. base32(tonumber(string.sub(id, dash + 1)), 6) .. nonce
 end
+-- the stream entry id and the nonce of an envelope id (the inverse of envelope_id)
+local function entry_of(envelope)
+  local function value(text)
+    local n = 0
+    for i = 1, #text do
+      n = n * 32 + string.find(crockford, string.sub(text, i, i), 1, true) - 1
+    end
+    return n
+  end
+  local ms, seq = value(string.sub(envelope, 5, 14)), value(string.sub(envelope, 15, 20))
+  return string.format('%.0f-%.0f', ms, seq), string.sub(envelope, 21)
+end
+-- record how an envelope left its inbox, for its sender's status: in `outcomes` (the hash of the day)
+-- nonce -> "<entry id> <attempts> <how>", how being 'acked', 'expired', 'dead <reason>' or
+-- 'requeued <new entry id> <new nonce>'; kept until `until_ms` (ms since the epoch; '0' = keep none);
+-- entry_outcomes writes several at once (`records`: nonce, value, ...)
+local function entry_outcomes(outcomes, until_ms, records)
+  if until_ms ~= '0' and #records > 0 then
+    redis.call('HSET', outcomes, unpack(records))
+    redis.call('PEXPIREAT', outcomes, until_ms)
+  end
+end
+local function entry_outcome(outcomes, until_ms, nonce, value)
+  entry_outcomes(outcomes, until_ms, {nonce, value})
+end
 -- move entry {id, fields} of `inbox` to the dead-letter stream `dead` (envelope_id, the readable
 -- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, and record the outcome for the
--- sender's status (`outcomes` hash: nonce -> "<attempts> <reason>", kept `retention_ms`; '' = none)
-local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, retention_ms)
+-- sender's status (entry_outcome: 'expired' when that is the reason, else 'dead <reason>')
+local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms)
   local fields, nonce = e[2], ''
   local letter = {'envelope_id', ''}
   for j = 1, #fields - 1, 2 do
@@ -79,8 +104,9 @@ local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outc
   redis.call('XADD', dead, '*', unpack(letter))
   redis.call('XACK', inbox, group, e[1])
   redis.call('XDEL', inbox, e[1])
-  if outcomes ~= '' and tonumber(retention_ms) > 0 then
-    redis.call('HSET', outcomes, nonce, attempts .. ' ' .. string.sub(reason, 1, 120))
-    redis.call('PEXPIRE', outcomes, retention_ms)
+  local how = 'expired'
+  if reason ~= 'expired' then
+    how = 'dead ' .. string.sub(reason, 1, 120)
   end
+  entry_outcome(outcomes, until_ms, nonce, e[1] .. ' ' .. attempts .. ' ' .. how)
 end

@@ -1,7 +1,7 @@
 -- _session.lua: the one session check, prepended to the scripts that act for a caller's session
--- (fetch, ack, send_check; adapters/redis/scripts.py). A registration hash holds 'session' (the
--- live one) and 'superseded' (sessions it replaced, newest first, space-separated, as many as
--- register.lua keeps). Session ids never contain spaces (broker/ids.py).
+-- (fetch, ack, send_check, status_index, notice; adapters/redis/scripts.py). A registration hash
+-- holds 'session' (the live one) and 'superseded' (sessions it replaced, newest first,
+-- space-separated, as many as register.lua keeps). Session ids never contain spaces (broker/ids.py).
 -- nil when `caller` may act ("" = do not check), else the error reply to return:
 -- RELAY_UNREGISTERED (no registration), RELAY_SUPERSEDED (`caller` was replaced by a newer session),
 -- RELAY_SESSION_UNREGISTERED (`caller` never registered: another session holds the registration).
@@ -16,4 +16,13 @@ local function session_refusal(live, superseded, caller)
     return redis.error_reply('RELAY_SUPERSEDED')
   end
   return redis.error_reply('RELAY_SESSION_UNREGISTERED')
+end
+-- record seen_at (ms of Redis TIME) in the registration hash: the agent's last fetch or acknowledgement.
+-- Bookkeeping, so it never stands in the way: called after the script's real work, and skipped when
+-- Redis refuses it (at maxmemory Redis refuses a script's first write that adds memory; XREADGROUP,
+-- XACK and XDEL are not such writes, so a fetch or an acknowledgement still runs, and after them this
+-- write is let through too).
+local function note_seen(registration)
+  local now = redis.call('TIME')
+  redis.pcall('HSET', registration, 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
 end

@@ -1,28 +1,37 @@
 -- ack.lua: acknowledge and delete delivered envelopes of the caller's own inbox.
--- KEYS[1] registration hash   KEYS[2] inbox stream
+-- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] outcome hash of the day (the senders' status)
 -- ARGV[1] session ("" = do not check)   ARGV[2] consumer group
--- ARGV[3..] stream entry id, nonce pairs (decoded from envelope ids)
+-- ARGV[3] when outcome records expire (ms since the epoch; 0 = no records)
+-- ARGV[4..] stream entry id, nonce pairs (decoded from envelope ids)
 -- An entry is acknowledged only if it exists, its nonce matches and it was delivered (XACK says 1);
--- it is then deleted (XDEL), so acknowledged envelopes never accumulate.
+-- it is then deleted (XDEL), so acknowledged envelopes never accumulate, and its outcome is recorded
+-- with its delivery count ('acked', _entry.lua) for its sender's status.
 -- Returns per pair {from, tier} of the envelope when acknowledged, or 0 when unknown.
--- Records seen_at (ms of Redis TIME) in the registration hash: the agent's last acknowledgement.
+-- Records seen_at (note_seen, _session.lua). Works at maxmemory: XACK and XDEL come first, and Redis
+-- does not refuse them there (they free memory); the outcome records after them are let through too.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
 local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
-local now = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
-local out = {}
-for i = 3, #ARGV, 2 do
+local out, records = {}, {}
+for i = 4, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
   local fields = entry_with_nonce(KEYS[2], id, nonce)
   local result = 0
-  if fields and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
-    redis.call('XDEL', KEYS[2], id)
-    result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}
+  if fields then
+    local row = redis.call('XPENDING', KEYS[2], ARGV[2], id, id, 1)[1]
+    local count = row and row[4]
+    if count and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
+      redis.call('XDEL', KEYS[2], id)
+      records[#records + 1] = nonce
+      records[#records + 1] = id .. ' ' .. count .. ' acked'
+      result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}
+    end
   end
   out[#out + 1] = result
 end
+entry_outcomes(KEYS[3], ARGV[3], records)
+note_seen(KEYS[1])
 return out

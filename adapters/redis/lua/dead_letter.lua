@@ -1,8 +1,8 @@
 -- dead_letter.lua: move one delivered envelope from an inbox to the agent's dead-letter stream.
--- KEYS[1] inbox stream   KEYS[2] dead-letter stream   KEYS[3] outcome hash (the sender's status)
+-- KEYS[1] inbox stream   KEYS[2] dead-letter stream   KEYS[3] outcome hash of the day (the sender's status)
 -- ARGV[1] consumer group   ARGV[2] stream entry id   ARGV[3] nonce
 -- ARGV[4] consumer that must hold it ('' = any)   ARGV[5] reason   ARGV[6] dead_at (ISO-8601 UTC)
--- ARGV[7] status retention in ms (0 = no outcome record)
+-- ARGV[7] when the outcome record expires (ms since the epoch; 0 = no record)
 -- The entry must exist, carry the nonce and be pending (delivered, not acknowledged). The dead letter
 -- keeps every readable field except the nonce (the envelope id has it) and adds envelope_id, attempts
 -- (the delivery count), reason and dead_at; then the entry is XACKed and XDELed. One script, so the

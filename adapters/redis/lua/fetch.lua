@@ -1,13 +1,14 @@
 -- fetch.lua: the caller's unacknowledged envelopes, oldest first: pending ones, then new ones.
 -- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] dead-letter stream
--- KEYS[4] outcome hash (status of dead-lettered envelopes)   KEYS[5] per-agent counts hash
+-- KEYS[4] outcome hash of the day (the senders' status)   KEYS[5] per-agent counts hash
 -- ARGV[1] session ("" = do not check)   ARGV[2] consumer group   ARGV[3] consumer name   ARGV[4] count
 -- ARGV[5] now (ms since the epoch)   ARGV[6] max deliveries (0 = no limit)   ARGV[7] dead_at (ISO-8601)
--- ARGV[8] status retention in ms (0 = no outcome records)
+-- ARGV[8] when outcome records expire (ms since the epoch; 0 = no records)
 -- An entry whose expires_at has passed is never handed out: it moves to the dead letters with reason
 -- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
 -- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash.
--- Records seen_at (ms of Redis TIME) in the registration hash: the agent's last fetch.
+-- Records seen_at (note_seen, _session.lua). Works at maxmemory: its first writes are XREADGROUP's,
+-- which Redis does not refuse there (the dead-letter moves after them are let through too).
 -- Returns {rows, dropped}: rows is a flat list, for each entry {id, {field, value, ...}, deliveries,
 -- first (1|0)}; dropped is a flat list of tier, reason for every entry moved to the dead letters.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
@@ -16,8 +17,6 @@ local refused = session_refusal(registered[1], registered[2], ARGV[1])
 if refused then
   return refused
 end
-local server_time = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'seen_at', server_time[1] * 1000 + math.floor(server_time[2] / 1000))
 local group, consumer, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
 local function read(from, n)
@@ -89,4 +88,5 @@ for _ = 1, 8 do
   end
   exhausted = not moved
 end
+note_seen(KEYS[1])
 return {out, dropped}

@@ -6,16 +6,17 @@
 -- The cursor (the newest entry id announced) belongs to one session: another session starts again
 -- from the oldest entry. Entries after the cursor are announced and the cursor moves past them; with
 -- nothing new, a reminder of the unacknowledged entries is due `remind after` ms after the last notice.
--- Times are Redis's (TIME), so every worker agrees.
+-- Times are Redis's (TIME), so every worker agrees. At maxmemory Redis refuses the cursor's write (the
+-- script's first): the notice is answered all the same, and the next wait announces that mail again
+-- (told twice rather than never while inboxes are full).
 -- Returns {count, unacknowledged, reminder (1|0), ms until a reminder is due (-1 = none),
 --          {{entry id, {field, value, ...}}, ...} (the oldest announced, at most ARGV[3])}.
--- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED.
-local registered = redis.call('HGET', KEYS[1], 'session')
-if not registered then
-  return redis.error_reply('RELAY_UNREGISTERED')
-end
-if registered ~= ARGV[1] then
-  return redis.error_reply('RELAY_SUPERSEDED')
+-- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
+-- (_session.lua).
+local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
+local refused = session_refusal(registered[1], registered[2], ARGV[1])
+if refused then
+  return refused
 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -35,7 +36,7 @@ local function head(entries)
 end
 local fresh = redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', most)
 if #fresh > 0 then
-  redis.call('HSET', KEYS[3], 'session', ARGV[1], 'cursor', fresh[#fresh][1], 'at', now)
+  redis.pcall('HSET', KEYS[3], 'session', ARGV[1], 'cursor', fresh[#fresh][1], 'at', now)
   return {#fresh, unacknowledged, 0, -1, head(fresh)}
 end
 if unacknowledged == 0 or remind <= 0 then
@@ -45,6 +46,6 @@ local due = at + remind - now
 if due > 0 then
   return {0, unacknowledged, 0, due, {}}
 end
-redis.call('HSET', KEYS[3], 'at', now)
+redis.pcall('HSET', KEYS[3], 'at', now)
 local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', listed)
 return {math.min(unacknowledged, most), unacknowledged, 1, -1, head(oldest)}

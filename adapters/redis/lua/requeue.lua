@@ -1,26 +1,30 @@
 -- requeue.lua: move dead letters back into the inbox as new entries, oldest first.
--- KEYS[1] dead-letter stream   KEYS[2] inbox stream
+-- KEYS[1] dead-letter stream   KEYS[2] inbox stream   KEYS[3] outcome hash of the day (the senders' status)
 -- ARGV[1] consumer group   ARGV[2] wake-up channel   ARGV[3] agent id
--- ARGV[4] n = how many envelope ids follow (0 = take the oldest dead letters)
--- ARGV[5 .. 4+n] envelope ids to requeue   ARGV[5+n ..] fresh nonces, one per envelope to requeue at most
+-- ARGV[4] when outcome records expire (ms since the epoch; 0 = no records)
+-- ARGV[5] earlier ids a requeued entry remembers at most
+-- ARGV[6] n = how many envelope ids follow (0 = take the oldest dead letters)
+-- ARGV[7 .. 6+n] envelope ids to requeue   ARGV[7+n ..] fresh nonces, one per envelope to requeue at most
 -- Each dead letter becomes a new inbox entry (new stream id, new nonce, so a new envelope id) with its
--- from, tier, sent_at and body fields (not expires_at), plus requeued_from = its old envelope id; then it is XDELed from
--- the dead-letter stream. The inbox cap is not checked: an operator asked for this. When anything
--- was requeued the agent id is published on the wake-up channel.
+-- from, tier, sent_at and body fields (not expires_at), plus requeued_from = its old envelope id and
+-- the ids it had before that (newest first, space-separated, at most ARGV[5]); then it is XDELed from
+-- the dead-letter stream, and its old nonce's outcome record says where it went ('requeued',
+-- _entry.lua), so its sender's status follows it. The inbox cap is not checked: an operator asked for
+-- this. When anything was requeued the agent id is published on the wake-up channel.
 -- Returns a flat list: old envelope id, new stream id, nonce, ... for every entry requeued.
 -- expires_at goes too: an operator who requeues an expired envelope wants it delivered
 local dropped = {
   envelope_id = true, attempts = true, reason = true, dead_at = true, requeued_from = true, expires_at = true,
 }
-local group, n = ARGV[1], tonumber(ARGV[4])
+local group, n, lineage = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[5])
 local wanted, nonces = nil, {}
 if n > 0 then
   wanted = {}
-  for i = 5, 4 + n do
+  for i = 7, 6 + n do
     wanted[ARGV[i]] = true
   end
 end
-for i = 5 + n, #ARGV do
+for i = 7 + n, #ARGV do
   nonces[#nonces + 1] = ARGV[i]
 end
 if #nonces == 0 then
@@ -38,11 +42,15 @@ while taken < #nonces do
     break
   end
   for _, e in ipairs(page) do
-    local fields, old = e[2], nil
+    local fields, old, earlier = e[2], nil, {}
     local entry = {}
     for j = 1, #fields - 1, 2 do
       if fields[j] == 'envelope_id' then
         old = fields[j + 1]
+      elseif fields[j] == 'requeued_from' then
+        for one in string.gmatch(fields[j + 1], '%S+') do
+          earlier[#earlier + 1] = one
+        end
       elseif not dropped[fields[j]] then
         entry[#entry + 1] = fields[j]
         entry[#entry + 1] = fields[j + 1]
@@ -51,12 +59,20 @@ while taken < #nonces do
     if old and (wanted == nil or wanted[old]) and taken < #nonces then
       taken = taken + 1
       local nonce = nonces[taken]
+      local from = {old}
+      for k = 1, math.min(#earlier, lineage - 1) do
+        from[#from + 1] = earlier[k]
+      end
       entry[#entry + 1] = 'requeued_from'
-      entry[#entry + 1] = old
+      entry[#entry + 1] = table.concat(from, ' ')
       entry[#entry + 1] = 'nonce'
       entry[#entry + 1] = nonce
       local new_id = redis.call('XADD', KEYS[2], '*', unpack(entry))
       redis.call('XDEL', KEYS[1], e[1])
+      local old_id, old_nonce = entry_of(old)
+      local attempts = entry_field(fields, 'attempts') or '0'
+      local went = old_id .. ' ' .. attempts .. ' requeued ' .. new_id .. ' ' .. nonce
+      entry_outcome(KEYS[3], ARGV[4], old_nonce, went)
       out[#out + 1] = old
       out[#out + 1] = new_id
       out[#out + 1] = nonce

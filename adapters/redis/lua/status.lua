@@ -1,41 +1,68 @@
 -- status.lua: what became of envelopes in one recipient's inbox, for their sender's status.
--- KEYS[1] inbox stream   KEYS[2] outcome hash (nonce -> "<attempts> <reason>")
--- ARGV[1] consumer group   ARGV[2] now (ms since the epoch)   ARGV[3..] stream entry id, nonce pairs
+-- KEYS[1] inbox stream   KEYS[2..] outcome hashes of the days a record may be in (one per day)
+-- ARGV[1] consumer group   ARGV[2] now (ms since the epoch)   ARGV[3] requeues followed at most
+-- ARGV[4..] per envelope: stream entry id, nonce, the KEYS positions of its outcome days, newest first
+-- ("<i> <j> ...")
 -- Read-only. An entry still in the inbox is 'delivered' when pending (with its delivery count),
 -- 'expired' when its expires_at has passed, else 'queued'. An entry gone from the inbox is what its
--- outcome record says ('expired', or 'dead_lettered' with the reason), and 'acknowledged' without one:
--- only acknowledging removes an entry without a record.
--- Returns per pair {state, deliveries (-1 = not known), reason or ''}.
-local group, now = ARGV[1], tonumber(ARGV[2])
+-- outcome record (_entry.lua) says, when the record is of that very entry id: 'acknowledged',
+-- 'expired' or 'dead_lettered' with its attempts (and reason); a requeued one is followed to the entry
+-- it became. Without such a record (the nonce at another position, an entry deleted by hand) it is
+-- 'unknown'.
+-- Returns per envelope {state, deliveries (-1 = not known), reason or ''}.
+local group, now, hops = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local function live(fields, id)
+  local row = redis.pcall('XPENDING', KEYS[1], group, id, id, 1)
+  local deliveries = 0
+  if type(row) == 'table' and not row.err and row[1] then
+    deliveries = row[1][4]
+  end
+  if entry_expired(fields, now) then
+    return {'expired', deliveries, 'expired'}
+  elseif deliveries > 0 then
+    return {'delivered', deliveries, ''}
+  end
+  return {'queued', 0, ''}
+end
+local function record(nonce, days)
+  for position in string.gmatch(days, '%d+') do
+    local found = redis.call('HGET', KEYS[tonumber(position)], nonce)
+    if found then
+      return found
+    end
+  end
+  return nil
+end
 local out = {}
-for i = 3, #ARGV, 2 do
-  local id, nonce = ARGV[i], ARGV[i + 1]
-  local fields = entry_with_nonce(KEYS[1], id, nonce)
-  local result
-  if fields then
-    local row = redis.pcall('XPENDING', KEYS[1], group, id, id, 1)
-    local deliveries = 0
-    if type(row) == 'table' and not row.err and row[1] then
-      deliveries = row[1][4]
+for i = 4, #ARGV, 3 do
+  local id, nonce, days = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local result = {'unknown', -1, ''}
+  for _ = 0, hops do
+    local fields = entry_with_nonce(KEYS[1], id, nonce)
+    if fields then
+      result = live(fields, id)
+      break
     end
-    if entry_expired(fields, now) then
-      result = {'expired', deliveries, 'expired'}
-    elseif deliveries > 0 then
-      result = {'delivered', deliveries, ''}
-    else
-      result = {'queued', 0, ''}
+    local found = record(nonce, days)
+    local at, attempts, how, rest = string.match(found or '', '^(%S+) (%d+) (%S+) ?(.*)$')
+    if at ~= id then
+      break
     end
-  else
-    local record = redis.call('HGET', KEYS[2], nonce)
-    if record then
-      local attempts, reason = string.match(record, '^(%d+) (.*)$')
-      local state = 'dead_lettered'
-      if reason == 'expired' then
-        state = 'expired'
+    if how == 'requeued' then
+      local next_id, next_nonce = string.match(rest, '^(%S+) (%S+)$')
+      if not next_id then
+        break
       end
-      result = {state, tonumber(attempts) or -1, reason or ''}
+      id, nonce = next_id, next_nonce
     else
-      result = {'acknowledged', -1, ''}
+      if how == 'acked' then
+        result = {'acknowledged', tonumber(attempts), ''}
+      elseif how == 'expired' then
+        result = {'expired', tonumber(attempts), 'expired'}
+      else
+        result = {'dead_lettered', tonumber(attempts), rest}
+      end
+      break
     end
   end
   out[#out + 1] = result

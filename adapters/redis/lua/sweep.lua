@@ -1,7 +1,9 @@
 -- sweep.lua: move expired envelopes among the oldest of one inbox to its dead letters (reason 'expired').
--- KEYS[1] inbox stream   KEYS[2] dead-letter stream   KEYS[3] outcome hash   KEYS[4] per-agent counts hash
+-- KEYS[1] inbox stream   KEYS[2] dead-letter stream   KEYS[3] outcome hash of the day
+-- KEYS[4] per-agent counts hash
 -- ARGV[1] consumer group   ARGV[2] now (ms since the epoch)   ARGV[3] dead_at (ISO-8601 UTC)
--- ARGV[4] status retention in ms   ARGV[5] how many of the oldest entries to look at
+-- ARGV[4] when outcome records expire (ms since the epoch; 0 = no records)
+-- ARGV[5] how many of the oldest entries to look at
 -- Bounded: looks at ARGV[5] entries at most, so a sweep never blocks the node for long; fetch.lua
 -- enforces expiry on everything it hands out, the sweep only keeps expired mail from filling an inbox.
 -- Returns a flat list: tier, 'expired' for every entry moved.
