@@ -7,7 +7,10 @@
 - ``--wait-replicas 1``: relay's send -> fetch -> ack at concurrency 16 on a master with one replica,
   with ``WAIT`` and without;
 - the agent directory: ``relay inspect``'s listing (a ``SCAN`` of registrations on every master) and
-  one gauge refresh, with 1,000 registered agents, on one Redis and on the cluster.
+  one gauge refresh, with 1,000 registered agents, on one Redis and on the cluster;
+- published result schemas: client CPU of the official ``mcp`` client's check of one result (a compiled
+  Draft 2020-12 validator, ``best_match`` of its errors) against the tool's output schema, and against
+  ``{"type": "object"}`` (what checking costs a client when nothing is typed), for the hot tools.
 
 The last line starts with ``costs-bench``.
 """
@@ -32,6 +35,7 @@ from adapters.redis.keys import GROUP
 from adapters.redis.local_cluster import LocalCluster
 from adapters.redis.scripts import Script
 from adapters.redis.server import EmbeddedRedis
+from broker import schemas
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.relay import Relay
@@ -180,8 +184,57 @@ async def directory_cost(url: str) -> tuple[float, float]:
         await connection.close()
 
 
+def _results() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each hot tool's output schema and a real-shaped result: 16 envelopes fetched, acknowledged and
+    asked about, one sent."""
+    ids = [f"env_01M8W1J0VG{n:06d}XYVFX2NMSN"[:30] for n in range(16)]
+    envelope = {
+        "from": "alice",
+        "tier": "host",
+        "message": {"kind": 2, "text": "please review PR 12", "reference": "https://x/12"},
+        "sent_at": NOW,
+        "deliveries": 1,
+    }
+    return {
+        "SendAgentMessage": (schemas.SENT, {"id": ids[0], "to": "bob", "tier": "host", "sent_at": NOW}),
+        "FetchAgentInbox": (schemas.INBOX, {"envelopes": [{"id": i, **envelope} for i in ids]}),
+        "AcknowledgeAgentInbox": (schemas.ACKNOWLEDGEMENT, {"acknowledged": ids, "unknown": []}),
+        "GetMessageStatus": (
+            schemas.STATUSES,
+            {
+                "statuses": [
+                    {"id": i, "state": "delivered", "to": "bob", "deliveries": 1, "sent_at": NOW} for i in ids
+                ]
+            },
+        ),
+    }
+
+
+def validation_cost(rounds: int = 2000) -> dict[str, tuple[float, float]]:
+    """Per hot tool: µs of client CPU to check one result against (its output schema, a bare object)."""
+    from jsonschema import exceptions
+    from jsonschema.validators import validator_for
+    from referencing import Registry
+
+    costs: dict[str, tuple[float, float]] = {}
+    for tool, (schema, result) in _results().items():
+        timed = []
+        for checked in (schema, {"type": "object"}):
+            validator = validator_for(checked)(checked, registry=Registry())
+            assert exceptions.best_match(validator.iter_errors(result)) is None, tool
+            start = time.process_time()
+            for _ in range(rounds):
+                exceptions.best_match(validator.iter_errors(result))
+            timed.append((time.process_time() - start) / rounds * 1e6)
+        costs[tool] = (timed[0], timed[1])
+    return costs
+
+
 async def main() -> int:
     figures: dict[str, float] = {}
+    for tool, (typed, bare) in validation_cost().items():
+        print(f"{tool} result checked by the mcp client: {typed:.0f} µs against its schema, {bare:.0f} bare")
+        figures[f"validate_{tool}_us"] = round(typed)
     server = EmbeddedRedis()
     server.start()
     try:

@@ -89,6 +89,8 @@ _SESSION_RE: Final = re.compile(SESSION_ID_PATTERN)
 _HOSTNAME_RE: Final = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
+_AUTHORITY_RE: Final = re.compile(r"(\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._~%-]+)?\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
+_NUMERIC_LABEL_RE: Final = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 _UNIX_PATH_MAX: Final = 107  # sun_path holds 108 bytes including the terminating NUL
 _SCOPE_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -163,10 +165,12 @@ class RemoteAddress(Address):
             try:
                 parts = urlsplit(endpoint)
                 host = parts.hostname
-                _ = parts.port
+                port = parts.port
             except ValueError:
-                host = None
-            if host is not None and (parts.username or parts.password):
+                host = port = None
+            # The authority is exactly a host and an optional port: no user, no stray brackets or
+            # colons, the port in 1..65535 (HTTP clients refuse the rest at every delivery).
+            if _AUTHORITY_RE.fullmatch(parts.netloc if host is not None else "") is None or port == 0:
                 host = None
             if host is not None and ":" in host:
                 host = f"[{host}]"
@@ -175,6 +179,8 @@ class RemoteAddress(Address):
             _check_unambiguous(endpoint, host, port)
             if port is None:
                 host = None
+        if host is not None:
+            _check_ipv4_form(endpoint, host)
         loopback = host is not None and is_loopback_host(host) and not endpoint.startswith("https://")
         if host is None or not _is_host(host) or loopback or _is_unspecified(host):
             raise InvalidAddress(
@@ -261,28 +267,59 @@ def _check_unambiguous(endpoint: str, host: str | None, port: int | None) -> Non
         )
 
 
+def _check_ipv4_form(endpoint: str, host: str) -> None:
+    """Refuse a host that URL parsers and resolvers read as an IPv4 address (its last label is a
+    number) unless it is written in the usual dotted form: ``0177.0.0.1``, ``127.000.000.001``,
+    ``0x7f.1``, ``127.1`` and ``2130706433`` are all 127.0.0.1 to someone, and a rule on the
+    address must see the address."""
+    if host.startswith("[") or _NUMERIC_LABEL_RE.fullmatch(host.rpartition(".")[2]) is None:
+        return
+    try:
+        ipaddress.IPv4Address(host)  # four decimal parts, no leading zeros
+    except ValueError:
+        raise InvalidAddress(
+            "endpoint",
+            "endpoint.ipv4_form",
+            f"{endpoint[:80]!r}: {host[:64]!r} reads as an IPv4 address; write it as four decimal "
+            "numbers 0-255 without leading zeros (e.g. 127.0.0.1), or use a host name",
+        ) from None
+
+
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address ``host`` spells (an IPv4-mapped IPv6 address as its IPv4 address), or None."""
     text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        return ipaddress.ip_address(text)
+        ip = ipaddress.ip_address(text)
     except ValueError:
         return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped  # the same host: ::ffff:127.0.0.1 is 127.0.0.1
+    return ip
 
 
 def _is_host(host: str) -> bool:
     if host.startswith("["):
-        return isinstance(_ip(host), ipaddress.IPv6Address)
+        return _bracketed_ip(host) is not None
     return _ip(host) is not None or _HOSTNAME_RE.fullmatch(host) is not None
 
 
+def _bracketed_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address of ``[IPv6]`` (an IPv4-mapped one as its IPv4 address); None when the brackets
+    hold no IPv6 address (``[127.0.0.1]``)."""
+    try:
+        ipaddress.IPv6Address(host[1:-1])
+    except ValueError:
+        return None
+    return _ip(host)
+
+
 def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals (IPv6 with or without brackets): the one
-    loopback rule for endpoints, listen addresses and the embedded server."""
+    """True for ``localhost`` and loopback IP literals (IPv6 with or without brackets, IPv4-mapped
+    IPv6 unwrapped first): the one loopback rule for endpoints, listen addresses and the embedded
+    server."""
     if host.lower() == "localhost":
         return True
-    ip = _ip(host)
-    if host.startswith("[") and not isinstance(ip, ipaddress.IPv6Address):
-        return False
+    ip = _bracketed_ip(host) if host.startswith("[") else _ip(host)
     return ip is not None and ip.is_loopback
 
 

@@ -38,6 +38,7 @@ from broker._gen.buf.validate import validate_pb2
 from broker._gen.candace.agent.v1.agent_pb2 import AgentMessage, Kind
 from broker.contract import RESERVED_FIELDS
 from broker.errors import ContractViolation, Violation, json_type
+from broker.text import encodable
 
 __all__ = [
     "IN_REPLY_TO_PATTERN",
@@ -192,7 +193,7 @@ class AgentMessageContract:
                 if not isinstance(value, str):
                     expected = "a string or null" if key in _OPTIONAL else "a string"
                     problems.append(Violation(key, "type", f"must be {expected}, not {json_type(value)}"))
-                elif not _encodable(value):
+                elif not encodable(value):
                     problems.append(Violation(key, "utf8", "must be valid Unicode (no lone surrogates)"))
                 else:
                     strings[key] = value
@@ -287,13 +288,3 @@ def _from_protovalidate(violation: protovalidate.Violation) -> Violation:
     if field == "kind":  # an undefined or missing kind: name the ones that exist, as for a bad name
         message = f"{message}; {_KIND_HINT}"
     return Violation(field, proto.rule_id or "", message)
-
-
-def _encodable(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -439,3 +439,17 @@ class INoticeStore(Protocol):
             BackendUnavailable; the cursor is unchanged when any is raised.
         """
         ...
+
+
+class ISpentTokens(Protocol):
+    """Ids of single-use tokens (dashboard login URLs) that were spent, shared by every process of a
+    relay on the same backend and kept across restarts (the memory twin: for the life of its object).
+
+    ``spend`` is the one way to use such a token: the first call for an id records it and answers True;
+    every later call for that id, from any process, answers False for at least ``ttl_ms`` milliseconds
+    (the caller passes at least the token's remaining life: an id forgotten after that is of a token
+    that no longer verifies). Answering True when the id cannot be recorded is never allowed: a store
+    that does not answer raises ``BackendUnavailable`` (retryable; the id may or may not be recorded).
+    """
+
+    async def spend(self, token_id: str, ttl_ms: int) -> bool: ...

@@ -2,21 +2,22 @@
 MCP endpoint, the Workbench session tools).
 
 Written out by hand rather than generated from models: they are a public contract, so they should read
-like one (no ``$defs`` indirection, no ``anyOf`` with ``null`` for fields that are simply optional).
-``tests/test_schemas.py`` checks real tool results against the full result schemas, and that the argument
-schemas refuse what the tools refuse.
+like one (no ``$defs`` indirection, no ``anyOf``: an optional field that may be ``null`` says so in its
+``type``). ``tests/test_schemas.py`` checks real tool results against the result schemas, and that the
+argument schemas refuse what the tools refuse and allow what they accept.
 
-The hot tools (send, fetch, acknowledge) publish the *shape* of their results as output schema
-(``shape_of``: objects with their required fields, arrays, and every field's type in the description)
-rather than a schema typing every leaf. MCP clients validate every result against the output schema;
-the official Python client does it with ``jsonschema`` at about 5 µs per typed field, which for a fetch
-of 16 envelopes was ~0.7 ms of client CPU per call (11 ms for 256), more than the relay's own work. The
-server's side of the contract, every field's type, is held by the tests against the full schemas.
+Every property is described, every object lists its properties and every array its items, in the
+argument and the result schemas alike: the published schemas are the whole contract. What a schema
+allows, the tool accepts: an optional argument may be ``null`` (absent), and a number JSON Schema
+counts as an integer (``1.0``) is one (``integral``). The rules the schemas leave to their descriptions
+are those of several fields or of the store (a reply names ``in_reply_to``; a text's size in UTF-8
+bytes; an endpoint's shape; a recipient being registered): model APIs that read these schemas take
+plain keywords only (no ``if``/``then``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from broker.agent_message import (
@@ -65,12 +66,12 @@ MESSAGE_IN: Final[dict[str, Any]] = {
             "description": f"The message, 1 to {MAX_TEXT_BYTES} bytes of UTF-8",
         },
         "in_reply_to": {
-            "type": "string",
+            "type": ["string", "null"],
             "pattern": IN_REPLY_TO_PATTERN,
             "description": f"The envelope id this message answers; required when kind is {_REPLY} (reply)",
         },
         "reference": {
-            "type": "string",
+            "type": ["string", "null"],
             "minLength": MIN_REFERENCE_CHARS,
             "maxLength": MAX_REFERENCE_CHARS,
             "description": "A pointer to related material (URL, path, id), "
@@ -83,32 +84,58 @@ MESSAGE_IN: Final[dict[str, Any]] = {
 
 MESSAGE_OUT: Final[dict[str, Any]] = {
     "type": "object",
+    "description": "The message as its sender sent it (optional fields only when set)",
     "properties": {
         "kind": {"type": "integer", "description": _KINDS},
-        "text": {"type": "string"},
-        "in_reply_to": {"type": "string"},
-        "reference": {"type": "string"},
+        "text": {"type": "string", "description": "The message"},
+        "in_reply_to": {"type": "string", "description": "The envelope id this message answers"},
+        "reference": {"type": "string", "description": "A pointer to related material (URL, path, id)"},
     },
     "required": ["kind", "text"],
 }
 
 _TIME: Final[dict[str, Any]] = {"type": "string", "description": "UTC, RFC 3339 with milliseconds"}
-_TIER: Final[dict[str, Any]] = {"type": "string", "enum": [tier.label for tier in Tier]}
+_TIER: Final[dict[str, Any]] = {
+    "type": "string",
+    "enum": [tier.label for tier in Tier],
+    "description": "in_process (one process), host (this machine) or network (another machine)",
+}
+
+
+def _at(what: str) -> dict[str, Any]:
+    """A time property: ``what`` happened then (UTC, RFC 3339 with milliseconds)."""
+    return {**_TIME, "description": f"{what} (UTC, RFC 3339 with milliseconds)"}
+
 
 # -- tool arguments -------------------------------------------------------------------------------
 
-REGISTER_ARGUMENTS: Final[dict[str, Any]] = {
-    "type": "object",
-    "properties": {
-        "provider": {"type": "string", "description": "The address type: 'claudecode' here"},
-        "endpoint": {
-            "type": "string",
-            "description": "'127.0.0.1:PORT', '[::1]:PORT', 'localhost:PORT' or 'unix:/absolute/path'",
+HOST_ENDPOINTS: Final = "'127.0.0.1:PORT', '[::1]:PORT', 'localhost:PORT' or 'unix:/absolute/path'"
+NETWORK_ENDPOINTS: Final = (
+    "An https:// URL (signed mail-pending notifications are POSTed there) or a non-loopback 'host:port'; "
+    "IP addresses in their usual form only (127.0.0.1, not 0177.0.0.1 or 127.1)"
+)
+
+
+def register_arguments(providers: Sequence[str], endpoints: str) -> dict[str, Any]:
+    """The arguments of ``RegisterAgentAddress`` on a front that takes ``providers``, whose endpoints
+    ``endpoints`` describes."""
+    return {
+        "type": "object",
+        "properties": {
+            "provider": {
+                "type": "string",
+                "enum": list(providers),
+                "description": f"The address type: {', '.join(repr(p) for p in providers)} here",
+            },
+            "endpoint": {"type": "string", "description": f"Where you can be reached: {endpoints}"},
         },
-    },
-    "required": ["provider", "endpoint"],
-    "additionalProperties": False,
-}
+        "required": ["provider", "endpoint"],
+        "additionalProperties": False,
+    }
+
+
+REGISTER_ARGUMENTS: Final = register_arguments(["claudecode"], HOST_ENDPOINTS)
+"""``register_arguments`` of the loopback listener's agent endpoint."""
 
 SEND_ARGUMENTS: Final[dict[str, Any]] = {
     "type": "object",
@@ -116,7 +143,7 @@ SEND_ARGUMENTS: Final[dict[str, Any]] = {
         "to": {**AGENT_ID, "description": "The recipient's agent id"},
         "message": MESSAGE_IN,
         "idempotency_key": {
-            "type": "string",
+            "type": ["string", "null"],
             "pattern": IDEMPOTENCY_KEY_PATTERN,
             "description": "Optional, 1-128 of A-Z a-z 0-9 . _ : -. Sending again with the same key (within "
             "the dedup window, default 24 h) returns the first send's id and sent_at and stores nothing, "
@@ -124,7 +151,7 @@ SEND_ARGUMENTS: Final[dict[str, Any]] = {
             "ttl_ms is refused (idempotency_conflict). Use one key per message and retry with it.",
         },
         "ttl_ms": {
-            "type": "integer",
+            "type": ["integer", "null"],
             "minimum": MIN_TTL_MS,
             "maximum": MAX_TTL_MS,
             "description": f"Optional: after this many milliseconds ({MIN_TTL_MS} to 30 days, or the relay's "
@@ -140,10 +167,11 @@ FETCH_ARGUMENTS: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
         "limit": {
-            "type": "integer",
+            "type": ["integer", "null"],
             "minimum": 1,
             "maximum": MAX_FETCH_LIMIT,
             "default": DEFAULT_FETCH_LIMIT,
+            "description": "Envelopes at most in this result",
         },
         "wait_ms": {
             "type": ["integer", "null"],
@@ -156,7 +184,14 @@ FETCH_ARGUMENTS: Final[dict[str, Any]] = {
 
 ACKNOWLEDGE_ARGUMENTS: Final[dict[str, Any]] = {
     "type": "object",
-    "properties": {"ids": {"type": "array", "items": ENVELOPE_ID, "maxItems": MAX_ACK_IDS}},
+    "properties": {
+        "ids": {
+            "type": "array",
+            "items": ENVELOPE_ID,
+            "maxItems": MAX_ACK_IDS,
+            "description": f"Ids of envelopes FetchAgentInbox gave you (at most {MAX_ACK_IDS})",
+        }
+    },
     "required": ["ids"],
     "additionalProperties": False,
 }
@@ -169,13 +204,17 @@ LIST_AGENTS_ARGUMENTS: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
         "limit": {
-            "type": "integer",
+            "type": ["integer", "null"],
             "minimum": 1,
             "maximum": MAX_LIST_AGENTS,
             "default": DEFAULT_LIST_AGENTS,
             "description": "Agents per page",
         },
-        "after": {**AGENT_ID, "description": "The next page: the `next` of the previous result"},
+        "after": {
+            **AGENT_ID,
+            "type": ["string", "null"],
+            "description": "The next page: the `next` of the previous result",
+        },
     },
     "additionalProperties": False,
 }
@@ -200,13 +239,13 @@ STATUS_ARGUMENTS: Final[dict[str, Any]] = {
 REGISTRATION: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "agent": {"type": "string"},
-        "session": {"type": "string"},
-        "provider": {"type": "string"},
-        "endpoint": {"type": "string"},
+        "agent": {"type": "string", "description": "Your agent id (from your token)"},
+        "session": {"type": "string", "description": "The session registered (from your headers)"},
+        "provider": {"type": "string", "description": "The address type registered"},
+        "endpoint": {"type": "string", "description": "Where you are reached"},
         "tier": _TIER,
-        "registered_at": _TIME,
-        "updated_at": _TIME,
+        "registered_at": _at("The agent's first registration"),
+        "updated_at": _at("This registration"),
         "superseded_session": {
             "type": "string",
             "description": "The session this registration replaced, when it replaced one",
@@ -226,13 +265,14 @@ AGENTS: Final[dict[str, Any]] = {
     "properties": {
         "agents": {
             "type": "array",
+            "description": "Registered agents, ordered by id",
             "items": {
                 "type": "object",
                 "properties": {
                     "id": {"type": "string", "description": "Send to it with SendAgentMessage's `to`"},
                     "provider": {"type": "string", "description": "e.g. claudecode (an agent), human"},
                     "tier": _TIER,
-                    "last_seen": {**_TIME, "description": "Its last registration, fetch or acknowledgement"},
+                    "last_seen": _at("Its last registration, fetch or acknowledgement"),
                 },
                 "required": ["id", "provider", "tier"],
             },
@@ -285,10 +325,10 @@ def sent_result(sent: Envelope[Any]) -> dict[str, Any]:
 SENT: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "id": {"type": "string", "description": "The envelope id"},
-        "to": {"type": "string"},
+        "id": {"type": "string", "description": "The envelope id: follow it with GetMessageStatus"},
+        "to": {"type": "string", "description": "The recipient"},
         "tier": _TIER,
-        "sent_at": _TIME,
+        "sent_at": _at("Accepted"),
     },
     "required": ["id", "to", "tier", "sent_at"],
 }
@@ -298,19 +338,17 @@ INBOX: Final[dict[str, Any]] = {
     "properties": {
         "envelopes": {
             "type": "array",
+            "description": "Unacknowledged envelopes, oldest first",
             "items": {
                 "type": "object",
                 "properties": {
                     "id": {"type": "string", "description": "Acknowledge with it; answer with in_reply_to"},
-                    "from": {"type": "string"},
+                    "from": {"type": "string", "description": "The sender's agent id"},
                     "tier": _TIER,
                     "message": MESSAGE_OUT,
-                    "sent_at": _TIME,
+                    "sent_at": _at("Accepted"),
                     "deliveries": {"type": "integer", "description": "1 on the first hand-out"},
-                    "expires_at": {
-                        **_TIME,
-                        "description": "When it expires unacknowledged (sent with ttl_ms)",
-                    },
+                    "expires_at": _at("When it expires unacknowledged (sent with ttl_ms)"),
                 },
                 "required": ["id", "from", "tier", "message", "sent_at", "deliveries"],
             },
@@ -322,7 +360,11 @@ INBOX: Final[dict[str, Any]] = {
 ACKNOWLEDGEMENT: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "acknowledged": {"type": "array", "items": {"type": "string"}},
+        "acknowledged": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Ids acknowledged now: they will not come back",
+        },
         "unknown": {
             "type": "array",
             "items": {"type": "string"},
@@ -337,10 +379,11 @@ STATUSES: Final[dict[str, Any]] = {
     "properties": {
         "statuses": {
             "type": "array",
+            "description": "One per id asked about, in that order",
             "items": {
                 "type": "object",
                 "properties": {
-                    "id": {"type": "string"},
+                    "id": {"type": "string", "description": "The envelope id asked about"},
                     "state": {
                         "type": "string",
                         "enum": list(STATES),
@@ -348,9 +391,9 @@ STATUSES: Final[dict[str, Any]] = {
                         "acknowledged; acknowledged; dead_lettered (see reason); expired; unknown: not "
                         "sent by you, or older than the status retention",
                     },
-                    "to": {"type": "string"},
+                    "to": {"type": "string", "description": "The recipient"},
                     "deliveries": {"type": "integer", "description": "Hand-outs so far, when known"},
-                    "sent_at": _TIME,
+                    "sent_at": _at("Accepted"),
                     "reason": {
                         "type": "string",
                         "description": "Why it was dead-lettered: max_deliveries, expired, or the "
@@ -382,49 +425,37 @@ def status_result(statuses: list[MessageStatus]) -> dict[str, Any]:
     return {"statuses": out}
 
 
-# -- what the tools publish -----------------------------------------------------------------------
+# -- what the tools accept -------------------------------------------------------------------------
 
 
-def shape_of(schema: dict[str, Any]) -> dict[str, Any]:
-    """The published form of a result schema: objects keep ``required`` and the arrays among their
-    properties, arrays keep the shape of object items, and every dropped field is named with its type
-    in the object's ``description``, so the schema still documents the whole result."""
-    if schema.get("type") == "array":
-        items = schema.get("items", {})
-        shaped: dict[str, Any] = {"type": "array"}
-        if items.get("type") == "object":
-            shaped["items"] = shape_of(items)
-        return shaped
-    properties: dict[str, Any] = schema.get("properties", {})
-    kept = {name: shape_of(sub) for name, sub in properties.items() if sub.get("type") == "array"}
-    fields = ", ".join(f"{name} ({_type_name(sub)})" for name, sub in properties.items())
-    description = f"{schema['description']} " if "description" in schema else ""
-    shaped = {"type": "object", "description": f"{description}Fields: {fields}."}
-    if kept:
-        shaped["properties"] = kept
-    if "required" in schema:
-        shaped["required"] = list(schema["required"])
-    return shaped
+def integral(schema: Mapping[str, Any], value: Any) -> Any:
+    """``value`` with every number JSON Schema counts as an integer (``1.0``) an ``int`` where
+    ``schema`` types it ``integer``: JSON decoders keep ``1.0`` a float, which the tools would refuse.
+    Returns ``value`` itself when nothing changes (the common case costs a few type checks)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and _integer(schema) else value
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        if not properties:
+            return value
+        changed: dict[str, Any] | None = None
+        for name, item in value.items():
+            sub = properties.get(name)
+            if sub is not None and isinstance(item, float | dict | list):
+                new = integral(sub, item)
+                if new is not item:
+                    changed = changed if changed is not None else dict(value)
+                    changed[name] = new
+        return value if changed is None else changed
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        items = schema["items"]
+        new_items = [integral(items, item) for item in value]
+        return value if all(a is b for a, b in zip(new_items, value, strict=True)) else new_items
+    return value
 
 
-def _type_name(schema: dict[str, Any]) -> str:
+def _integer(schema: Mapping[str, Any]) -> bool:
     kind = schema.get("type")
-    if kind == "array":
-        items = schema.get("items", {})
-        return f"array of {_type_name(items)}" if items else "array"
-    if kind == "object" and "properties" in schema:
-        optional = [name for name in schema["properties"] if name not in schema.get("required", ())]
-        inner = ", ".join(
-            f"{name}{'?' if name in optional else ''}: {_type_name(sub)}"
-            for name, sub in schema["properties"].items()
-        )
-        return f"object {{{inner}}}"
-    if "enum" in schema:
-        return " | ".join(str(value) for value in schema["enum"])
-    return str(kind or "any")
-
-
-SENT_SHAPE: Final = shape_of(SENT)
-INBOX_SHAPE: Final = shape_of(INBOX)
-ACKNOWLEDGEMENT_SHAPE: Final = shape_of(ACKNOWLEDGEMENT)
-STATUSES_SHAPE: Final = shape_of(STATUSES)
+    if kind == "integer" or (isinstance(kind, list) and "integer" in kind):
+        return True
+    return any(_integer(branch) for branch in schema.get("oneOf", ()))

@@ -34,3 +34,20 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``1 agent``, ``0 agents``, ``2 agents``: ``count`` and ``noun``, in the plural (``plural``, else
     ``noun`` + s) unless ``count`` is 1."""
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+def encodable(text: str) -> bool:
+    """True when ``text`` has a UTF-8 spelling (no lone surrogate, which JSON's ``\\ud800`` can hold)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def failure(exc: BaseException) -> str:
+    """How a log line names an unexpected failure: its type and message on one escaped line of at most
+    300 characters. Never its traceback: one line per failure, nothing a client's text can forge."""
+    return shown(f"{type(exc).__name__}: {exc}", 300)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from adapters.redis import RedisConnection
 from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.operator_view import RedisOperatorView
+from adapters.redis.spent import RedisSpentTokens
 from broker.addresses import Address, HumanAddress
 from broker.agent_message import AgentMessage
 from broker.front.tokens import KeyRing
@@ -30,7 +31,7 @@ def build(relay: Relay[AgentMessage], connection: RedisConnection, keyring: KeyR
         relay=relay,
         view=view,
         dead=RedisDeliveryQueue(connection),
-        access=OperatorAccess(keyring),
+        access=OperatorAccess(keyring, RedisSpentTokens(connection)),
         human=human_address,
         traffic=Traffic(relay.metrics),
         overview=Overview(view),

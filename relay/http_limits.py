@@ -24,7 +24,8 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from broker.front.limits import ANSWERED_BY_SERVER, HttpLimits, error_response
+from broker.front.jsonrpc import INVALID_REQUEST, error_bytes
+from broker.front.limits import ANSWERED_BY_SERVER, HttpLimits
 
 log = logging.getLogger("relay.serve")
 
@@ -139,7 +140,7 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
 
         def _reject(self, status: int, message: str, option: str, limit: float) -> None:
             self._phase = 0
-            body = error_response(message, {"limit": limit, "option": option})
+            body = error_bytes(INVALID_REQUEST, message, {"limit": limit, "option": option})
             head = (
                 b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                 b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))

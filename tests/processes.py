@@ -58,6 +58,13 @@ def run_relay(*args: str | Path, env: Mapping[str, str] | None = None) -> subpro
     )
 
 
+def dashboard_login_url(base: str, key: Path) -> str:
+    """A one-time dashboard login URL for the relay at ``base``, from ``relay dashboard-url``."""
+    result = run_relay("dashboard-url", "--url", base, "--key-file", key)
+    assert result.returncode == 0, result
+    return result.stdout.strip()
+
+
 class ServeProcess:
     """One ``relay serve`` child process; stdout and stderr go to ``log``.
 

@@ -16,6 +16,7 @@ import pytest
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
 from adapters.memory.delivery import MemoryDeliveryQueue
 from adapters.memory.operator_view import MemoryOperatorView
+from adapters.memory.spent import MemorySpentTokens
 from broker.addresses import HUMAN_SESSION, ClaudeCodeAddress, HumanAddress
 from broker.agent_message import AgentMessageContract
 from broker.front.app import create_app
@@ -35,33 +36,37 @@ def ring() -> KeyRing:
     return KeyRing([secrets.token_bytes(32)])
 
 
+def operator_access(keyring: KeyRing) -> OperatorAccess:
+    return OperatorAccess(keyring, MemorySpentTokens())
+
+
 # -- tokens ---------------------------------------------------------------------------------------
 
 
-def test_a_login_token_works_once_and_gives_a_session() -> None:
-    access = OperatorAccess(ring())
+async def test_a_login_token_works_once_and_gives_a_session() -> None:
+    access = operator_access(ring())
     token = access.mint_login()
-    cookie, session = access.login(token)
+    cookie, session = await access.login(token)
     assert access.session(cookie).sid == session.sid
     assert access.check_csrf(session, access.csrf(session))
     assert not access.check_csrf(session, None) and not access.check_csrf(session, "x" * 43)
     with pytest.raises(AccessDenied, match="used already"):
-        access.login(token)
+        await access.login(token)
 
 
-def test_tokens_of_one_kind_never_pass_as_another() -> None:
+async def test_tokens_of_one_kind_never_pass_as_another() -> None:
     keys = ring()
-    access = OperatorAccess(keys)
+    access = operator_access(keys)
     login = access.mint_login()
     with pytest.raises(AccessDenied):
         access.session(login)  # a login token is no session
-    cookie, _ = access.login(login)
+    cookie, _ = await access.login(login)
     with pytest.raises(AccessDenied):
-        access.login(cookie)  # a session is no login token
+        await access.login(cookie)  # a session is no login token
     agent_token = agent_headers(keys, "alice", "s1")["Authorization"].removeprefix("Bearer ")
     for token in (agent_token, "ui1." + agent_token.removeprefix("v1."), "", "ui1.x.y.z"):
         with pytest.raises(AccessDenied):
-            access.login(token)
+            await access.login(token)
         with pytest.raises(AccessDenied):
             access.session(token)
     # and a dashboard token is no agent token, even with the agent headers it does not name
@@ -71,24 +76,24 @@ def test_tokens_of_one_kind_never_pass_as_another() -> None:
         access.session(cookie[:-2] + ("AA" if not cookie.endswith("AA") else "BB"))
 
 
-def test_expiry_and_another_relays_key() -> None:
-    access = OperatorAccess(ring())
+async def test_expiry_and_another_relays_key() -> None:
+    access = operator_access(ring())
     token = access.mint_login(ttl=10, now=1_000_000)
     with pytest.raises(AccessDenied, match="expired"):
-        access.login(token, now=1_000_010)
-    cookie, _ = access.login(access.mint_login())
+        await access.login(token, now=1_000_010)
+    cookie, _ = await access.login(access.mint_login())
     with pytest.raises(AccessDenied, match="expired"):
         access.session(cookie, now=time.time() + SESSION_TTL + 1)
     with pytest.raises(AccessDenied, match="does not hold"):
-        OperatorAccess(ring()).session(cookie)
+        operator_access(ring()).session(cookie)
     with pytest.raises(ValueError, match="1 to"):
         access.mint_login(ttl=0)
 
 
-def test_a_rotated_key_file_keeps_sessions_signed_by_the_old_key() -> None:
+async def test_a_rotated_key_file_keeps_sessions_signed_by_the_old_key() -> None:
     old = secrets.token_bytes(32)
-    access = OperatorAccess(KeyRing([old]))
-    cookie, _ = access.login(access.mint_login())
+    access = operator_access(KeyRing([old]))
+    cookie, _ = await access.login(access.mint_login())
     access.use(KeyRing([secrets.token_bytes(32), old]))
     access.session(cookie)
     access.use(KeyRing([secrets.token_bytes(32)]))
@@ -105,7 +110,7 @@ async def dashboard_front() -> AsyncIterator[tuple[httpx2.AsyncClient, Relay[Any
     state = MemoryState()
     relay = Relay(CONTRACT, MemoryInboxStore(state), MemoryRegistry(state))
     view = MemoryOperatorView(state)
-    access = OperatorAccess(ring())
+    access = operator_access(ring())
     dashboard = Dashboard(
         relay=relay,
         view=view,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,10 +29,13 @@ from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessageContract
+from broker.envelope import now_ms
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
+from broker.limits import MIN_TTL_MS
+from broker.testing.base import Limits
 from broker.testing.polling import wait_until
-from tests.processes import ServeProcess, run_relay
+from tests.processes import ServeProcess, dashboard_login_url, run_relay
 from tests.support import redis_relays
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -59,6 +63,8 @@ class Seeded:
     follow_up: str
     xss: str
     dead: str
+    expired: str
+    overdelivered: str
 
 
 @dataclass
@@ -69,9 +75,7 @@ class Running:
     seeded: Seeded
 
     def login_url(self) -> str:
-        result = run_relay("dashboard-url", "--url", self.serve.base, "--key-file", self.key)
-        assert result.returncode == 0, result
-        return result.stdout.strip()
+        return dashboard_login_url(self.serve.base, self.key)
 
 
 async def _seed(url: str) -> Seeded:
@@ -103,7 +107,25 @@ async def _seed(url: str) -> Seeded:
         )
     finally:
         await queue.close()
-    return Seeded(request, reply, follow_up, xss, doomed)
+    expired, overdelivered = await _seed_dead_letters(url)
+    return Seeded(request, reply, follow_up, xss, doomed, expired, overdelivered)
+
+
+async def _seed_dead_letters(url: str) -> tuple[str, str]:
+    """expiring's one envelope expires unread; flaky's is handed out more than once (the limit here)."""
+    clock = [now_ms()]
+    limits = Limits(max_deliveries=1, clock=lambda: clock[0])
+    async with redis_relays(CONTRACT, url, 1, limits, prefix="relay") as (relay,):
+        for agent in ("expiring", "flaky"):
+            await relay.register(agent, HOST, f"{agent}-1")
+        body = CONTRACT.from_json({"kind": "note", "text": "nobody acknowledges this"})
+        expired = (await relay.send("carol", "expiring", body, ttl_ms=MIN_TTL_MS)).id
+        overdelivered = (await relay.send("carol", "flaky", body)).id
+        assert [e.id for e in await relay.fetch("flaky", session="flaky-1")] == [overdelivered]
+        clock[0] += 2 * MIN_TTL_MS
+        assert await relay.fetch("flaky", session="flaky-1") == []
+        assert await relay.fetch("expiring", session="expiring-1") == []
+    return expired, overdelivered
 
 
 @pytest.fixture(scope="module")
@@ -235,9 +257,18 @@ def test_thread_follows_in_reply_to(page: Any, running: Running) -> None:
     shot(page, "thread")
 
 
-def test_dead_letter_is_requeued(page: Any, running: Running) -> None:
+def test_dead_letters_say_why_they_are_there_and_one_is_requeued(page: Any, running: Running) -> None:
     page.click("nav a[data-page='dead']")
-    page.wait_for_selector(f"tr[data-envelope='{running.seeded.dead}']")
+    seeded = running.seeded
+    for envelope in (seeded.dead, seeded.expired, seeded.overdelivered):
+        page.wait_for_selector(f"tr[data-envelope='{envelope}']")
+
+    def why(envelope: str) -> str:
+        return str(page.text_content(f"tr[data-envelope='{envelope}'] td.why"))
+
+    assert why(seeded.expired).startswith("expired: its time to live ran out")
+    assert why(seeded.overdelivered) == "too many deliveries: handed out once and never acknowledged"
+    assert why(seeded.dead) == "given up by its consumer: handler raised RuntimeError 3 times"
     shot(page, "dead-letters")
     page.check(f"tr[data-envelope='{running.seeded.dead}'] input[type='checkbox']")
     page.click("section[data-agent='worker'] button:text('Requeue selected')")
@@ -267,10 +298,11 @@ def test_compose_sends_as_a_person_and_the_agent_fetches_it_over_mcp(page: Any, 
     # in a thread of its own: Playwright's sync API keeps an event loop on this one
     with ThreadPoolExecutor(1) as pool:
         fetched = pool.submit(asyncio.run, _fetch_over_mcp(running, "carol")).result(60)
-    mine = [e for e in fetched["envelopes"] if e["id"] == sent_id]
-    assert mine and mine[0]["from"] == "ops-dana", fetched
+    # one Send, one envelope (carol's inbox was empty)
+    assert [(e["id"], e["from"]) for e in fetched["envelopes"]] == [(sent_id, "ops-dana")], fetched
     client = redis.Redis.from_url(running.redis_url, decode_responses=True)
     try:
+        assert client.xlen("relay:inbox:{carol}") == 1
         assert client.hget("relay:agent:{ops-dana}", "provider") == "human"
     finally:
         client.close()
@@ -297,7 +329,9 @@ def test_a_hostile_agent_id_renders_as_text(page: Any) -> None:
     page.fill("#compose-text", "hello")
     page.click("form.compose button[type='submit']")
     page.wait_for_selector("#compose-result .notice.error")
-    assert "invalid_argument" in page.text_content("#compose-result .notice.error")
+    banner = str(page.text_content("#compose-result .notice.error"))
+    assert banner.startswith("invalid_argument: from: ")
+    assert banner.count("from:") == 1, banner  # the message once, not again as its violation
     page.goto(page.url.split("#")[0] + "#/agent/" + hostile.replace('"', "%22"))
     page.wait_for_selector("h1 span.mono")
     assert page.text_content("h1 span.mono") == hostile
@@ -328,6 +362,13 @@ def test_traffic_page_draws_per_tier_rates(page: Any) -> None:
     assert [r[0] for r in rows] == ["in_process", "host", "network"]
     assert float(rows[1][1]) >= 1  # the dashboard's send, counted by this process
     wait_until(lambda: page.locator("svg polyline").count() == 3, 10, "the chart")
+    ticks = page.eval_on_selector_all(
+        "svg text.tick", "nodes => nodes.map(n => [n.textContent, Number(n.dataset.atMs)])"
+    )
+    assert 2 <= len(ticks) <= 5, ticks  # a time axis: clock times, in order, of the span drawn
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d", text) for text, _ in ticks), ticks
+    assert [at for _, at in ticks] == sorted(at for _, at in ticks)
+    assert page.text_content("svg text.axis-label") == "time (UTC)"
     shot(page, "traffic")
 
 

@@ -317,8 +317,9 @@ def test_hostile_ids_in_headers_never_authenticate(
 def test_a_tool_call_without_an_id_is_a_notification_and_never_runs(
     threaded: ThreadedFront, store: redis.Redis, error_log: ErrorLog
 ) -> None:
-    """JSON-RPC without an id (or with ``"id": null``) is a notification: 202, no result, and the tool
-    must not run (a send nobody is told about would be a silently stored envelope)."""
+    """JSON-RPC without an id is a notification: 202, no result; with ``"id": null`` it is an Invalid
+    Request (MCP ids are strings or integers): 400. Either way the tool must not run (a send nobody is
+    told about would be a silently stored envelope)."""
     with httpx2.Client(timeout=30) as http:
         headers = register(http, threaded, "fuzz-n", "s1")
         for variant in ("null id", "no id"):
@@ -328,7 +329,10 @@ def test_a_tool_call_without_an_id_is_a_notification_and_never_runs(
             else:
                 del body["id"]
             response = http.post(threaded.url, content=encode(body), headers=headers)
-            assert response.status_code == 202 and not response.content, response.text
+            if variant == "null id":
+                assert response.status_code == 400 and response.json()["error"]["code"] == -32600
+            else:
+                assert response.status_code == 202 and not response.content, response.text
         # A full request round trip after the notifications: had they run, they would be in the inbox.
         marker = call("SendAgentMessage", {"to": "fuzz-n", "message": {"kind": 1, "text": "marker"}})
         assert (

@@ -19,8 +19,10 @@ from broker.preview import PREVIEW_CHARS
 from broker.testing.polling import eventually
 from relay.settings import ServeSettings, SettingsError, add_options, load
 from tests.front_support import Front, data, running_front
+from tests.fuzz_support import ErrorLog, error_log
 from tests.processes import REGISTER
 
+__all__ = ["error_log"]
 pytestmark = pytest.mark.asyncio
 
 
@@ -147,6 +149,27 @@ async def test_bad_bodies_get_precise_errors_and_move_nothing(
         assert (error["code"], error["retryable"]) == ("invalid_argument", False)
         assert [(v["field"], v["rule"]) for v in error["violations"]] == [(field, rule)]
         assert (await _wait(front, "bob", "b-1", {"timeout_ms": 0})).json()["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b'{"\\ud800": 1}', "\\ud800"),  # a lone surrogate: no UTF-8 spelling
+        (b'{"timeout_ms": 1, "\\udfff\\n\\u202e": 2}', "\\udfff\\n\\u202e"),
+        (b'{"' + b"k" * 100 + b'": 1}', "k" * 63 + "\u2026"),
+    ],
+)
+async def test_an_unknown_field_is_named_escaped_and_nothing_is_logged(
+    front: Front, error_log: ErrorLog, body: bytes, field: str
+) -> None:
+    async with front.client("bob", "b-1") as bob:
+        data(await bob.call_tool("RegisterAgentAddress", REGISTER))
+    refused = await _wait(front, "bob", "b-1", body)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert [(v["field"], v["rule"]) for v in error["violations"]] == [(field, "body.unknown_field")]
+    assert field in error["message"]
+    assert error_log.problems() == []
 
 
 async def test_refusals_other_than_the_body(front: Front) -> None:

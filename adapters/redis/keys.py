@@ -72,6 +72,11 @@ class Keys:
         ``max_deliveries``); read by ``relay inspect`` and the gauges."""
         return f"{self.prefix}:counts:{{{agent}}}"
 
+    def spent_token(self, digest: str) -> str:
+        """String (with expiry): a single-use token (a dashboard login URL) was spent; ``digest`` is the
+        hex SHA-256 of the token's id."""
+        return f"{self.prefix}:spent:{digest}"
+
     def wake_channel(self) -> str:
         """Pub/sub channel: the send, requeue and register scripts publish the agent id here."""
         return f"{self.prefix}:wake"

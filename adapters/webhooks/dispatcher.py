@@ -37,6 +37,7 @@ from adapters.webhooks.transport import ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, Blocke
 from broker.envelope import now_ms
 from broker.errors import RelayError, SessionSuperseded, UnregisteredAgent
 from broker.ports import NOTICE_MAX_COUNT, INoticeStore, Notice
+from broker.text import failure, shown
 from broker.webhooks import IWebhookClaims, IWebhookTargets, WebhookTarget, announce, summary
 
 log = logging.getLogger("relay.webhooks")
@@ -144,8 +145,8 @@ class WebhookDispatcher:
             log.warning("webhook for %s not sent: %s", agent, exc, extra={"agent": agent})
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("webhook dispatch failed unexpectedly", extra={"agent": agent})
+        except Exception as exc:  # one line, never a traceback: the next wake-up looks again
+            log.error("webhook dispatch failed unexpectedly: %s", failure(exc), extra={"agent": agent})
         finally:
             self._tasks.pop(agent, None)
             self._again.discard(agent)
@@ -189,13 +190,13 @@ class WebhookDispatcher:
                 "webhook-timestamp": str(int(stamp.timestamp())),
                 "webhook-signature": signer.sign(message_id, stamp, body),
             }
-            failure = await self._attempt(target, headers, body)
-            if failure is None:
+            why = await self._attempt(target, headers, body)
+            if why is None:
                 self.metrics.count("delivered")
                 return True
-            if failure.startswith("refused:"):
+            if why.startswith("refused:"):
                 self.metrics.count("refused")
-                log.warning("webhook refused, not retried: %s", failure[8:], extra={"agent": target.agent})
+                log.warning("webhook refused, not retried: %s", why[8:], extra={"agent": target.agent})
                 return False
             delay = random.uniform(0, backoff)  # full jitter
             if time.monotonic() + delay > deadline:
@@ -203,7 +204,7 @@ class WebhookDispatcher:
                 log.warning(
                     "webhook dropped after retrying for %.0f s: %s",
                     self.retry_for,
-                    failure,
+                    why,
                     extra={"agent": target.agent},
                 )
                 return False
@@ -223,6 +224,8 @@ class WebhookDispatcher:
                 status = reply.status_code
         except BlockedAddress as exc:
             return f"refused:{exc}"
+        except httpx2.InvalidURL as exc:  # stored before registration refused such URLs
+            return f"refused:the endpoint is not a URL the client can use ({shown(str(exc))})"
         except (httpx2.TimeoutException, TimeoutError):
             return "timed out"
         except httpx2.TransportError as exc:

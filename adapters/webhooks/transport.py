@@ -1,8 +1,9 @@
 """The HTTP client that delivers webhooks, with the SSRF guard in its connection layer.
 
 Every connection resolves the endpoint's host itself, refuses it unless every address it resolves to is
-public (no loopback, private, link-local, shared, multicast, reserved or unspecified address, IPv4
-mapped into IPv6 included) and then connects to the address it checked: a name that resolves to a
+public (no loopback, private, link-local, shared, multicast, reserved or unspecified address, nor an
+IPv6 form that stands for such an IPv4 address: mapped, translated, compatible, NAT64, 6to4; no
+site-local or local-use NAT64 address) and then connects to the address it checked: a name that resolves to a
 public address when checked and to an internal one when connecting (DNS rebinding) has no second
 resolution to slip into. TLS still verifies the certificate against the host name (the system store,
 or a given CA bundle). Redirects are never followed, proxies from the environment never used.
@@ -31,11 +32,44 @@ class BlockedAddress(Exception):
     """The endpoint's host is, or resolves to, an address webhooks are not delivered to."""
 
 
+_EMBEDDING_V4: Final = tuple(
+    ipaddress.IPv6Network(net)
+    for net in (
+        "::ffff:0:0/96",  # IPv4-mapped
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
+        "::/96",  # IPv4-compatible (deprecated; :: and ::1 are in it too)
+        "64:ff9b::/96",  # NAT64, the well-known prefix
+    )
+)
+_INTERNAL_V6: Final = (
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # NAT64 for local use: it reaches local IPv4 networks
+    ipaddress.IPv6Network("fec0::/10"),  # site-local (deprecated, still routed inside sites)
+)
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for, when it is one of the forms that reach it: mapped,
+    translated (SIIT), compatible, NAT64 (the last 32 bits) or 6to4 (the 32 bits after ``2002:``)."""
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in net for net in _EMBEDDING_V4):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def is_public(ip: IPAddress) -> bool:
     """True for addresses on the public internet; ``is_global`` leaves out private, loopback,
-    link-local, shared (100.64/10), reserved and documentation ranges."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    link-local, shared (100.64/10), reserved and documentation ranges. An IPv6 address that stands for
+    an IPv4 one (``embedded_ipv4``) is public only when both are; local-use NAT64 and site-local
+    addresses never are."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in net for net in _INTERNAL_V6):
+            return False
+        inner = embedded_ipv4(ip)
+        if inner is not None and not is_public(inner):
+            return False
+        if ip.ipv4_mapped is not None:  # Python's is_global reads a mapped address as IPv6 space
+            return True
     return ip.is_global and not ip.is_multicast
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -30,11 +29,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
+from broker.front.jsonrpc import INVALID_REQUEST, error_response
 from broker.front.limits import (
     DEFAULT_MAX_BODY_BYTES,
     LOOPBACK_NAMES,
     BodyGuard,
     HostCheck,
+    RequestCheck,
 )
 from broker.front.paths import MCP_PATH, UI_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server
@@ -44,6 +45,7 @@ from broker.front.ui.api import Dashboard
 from broker.front.ui.app import create_dashboard
 from broker.front.wait import WaitRoute
 from broker.relay import Relay
+from broker.text import failure
 from broker.webhooks import IWebhookTargets
 
 log = logging.getLogger("relay.front")
@@ -135,7 +137,7 @@ def create_app(
     if manager is not None and keyring is not None:
         # First: the agent endpoint carries nearly all requests, and Starlette tries routes in order
         # Authentication before the body is read: a stranger's body is never waited for
-        body = BodyGuard(manager.handle_request, max_bytes=max_body_bytes)
+        body = BodyGuard(RequestCheck(manager.handle_request), max_bytes=max_body_bytes)
         audience = None if network is None else NETWORK_AUDIENCE
         auth = AgentAuthMiddleware(body, keyring, audience=audience)
         app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
@@ -155,8 +157,7 @@ def _add_metrics_route(
             try:
                 await asyncio.wait_for(before_metrics(), METRICS_REFRESH_TIMEOUT)
             except Exception as exc:
-                reason = " ".join(f"{type(exc).__name__}: {exc}".split())
-                log.warning("metrics refresh failed (%s); serving the last figures", reason[:300])
+                log.warning("metrics refresh failed (%s); serving the last figures", failure(exc))
         return Response(generate_latest(relay.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -182,14 +183,6 @@ class PostOnly:
     treat 405 on GET as "no stream offered" (the specification allows it).
     """
 
-    _BODY = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32600, "message": "method not allowed: POST JSON-RPC requests to /mcp/agent"},
-        }
-    ).encode()
-
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -197,15 +190,10 @@ class PostOnly:
         if scope["type"] != "http" or scope.get("method") == "POST":
             await self.app(scope, receive, send)
             return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 405,
-                "headers": [
-                    (b"allow", b"POST"),
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(self._BODY)).encode()),
-                ],
-            }
+        refused = error_response(
+            405,
+            INVALID_REQUEST,
+            f"method not allowed: POST JSON-RPC requests to {MCP_PATH}",
+            headers={"allow": "POST"},
         )
-        await send({"type": "http.response.body", "body": self._BODY})
+        await refused(scope, receive, send)

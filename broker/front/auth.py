@@ -6,15 +6,16 @@ The token format and key ring are in ``broker.front.tokens``, key files in ``bro
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from typing import TYPE_CHECKING
 
+from broker.front.jsonrpc import UNAUTHORIZED, error_response
 from broker.front.tokens import VERIFIED_CACHE_SIZE, AgentIdentity, AuthError, KeyRing, bearer_token
 
 if TYPE_CHECKING:
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("relay.auth")
 
@@ -70,7 +71,7 @@ class AgentAuthMiddleware:
                     "path": scope.get("path"),
                 },
             )
-            await _refuse(send, exc)
+            await _refusal(exc)(scope, _no_body, send)
             return None
         scope.setdefault("state", {})["agent"] = identity
         scope["user"] = _authenticated_user(identity)
@@ -95,31 +96,17 @@ def _authenticated_user(identity: AgentIdentity) -> AuthenticatedUser:
     )
 
 
-async def _refuse(send: Send, error: AuthError) -> None:
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {
-                "code": -32001,
-                "message": f"unauthorized: {error.cause}: {error.message}",
-                "data": {"cause": error.cause},
-            },
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    ).encode("utf-8")
+def _refusal(error: AuthError) -> Response:
     challenge = f'Bearer realm="relay", error="invalid_token", error_description="{error.cause}"'
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode("ascii")),
-                (b"www-authenticate", challenge.encode("ascii")),
-                (b"cache-control", b"no-store"),
-            ],
-        }
+    return error_response(
+        401,
+        UNAUTHORIZED,
+        f"unauthorized: {error.cause}: {error.message}",
+        data={"cause": error.cause},
+        headers={"www-authenticate": challenge, "cache-control": "no-store"},
     )
-    await send({"type": "http.response.body", "body": body})
+
+
+async def _no_body() -> Message:
+    # authenticate() runs before anything reads the request; a response never reads it either
+    return {"type": "http.disconnect"}

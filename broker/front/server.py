@@ -84,6 +84,13 @@ def build_mcp_server(
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
+        if params is not None and params.cursor is not None:
+            # Every tool is on the one page: no listing hands out a cursor, so none is valid.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"invalid cursor {shown(params.cursor)!r}: every tool is listed on the first "
+                "page; call tools/list without a cursor",
+            )
         return listing
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> CallToolResult:

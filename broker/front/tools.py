@@ -34,7 +34,7 @@ from broker.front.tokens import AgentIdentity
 from broker.ids import check_agent_id
 from broker.limits import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, MAX_STATUS_IDS
 from broker.relay import Relay
-from broker.text import shown
+from broker.text import failure, shown
 from broker.webhooks import IWebhookTargets, is_webhook_endpoint, new_secret
 
 log = logging.getLogger("relay.front")
@@ -50,16 +50,18 @@ class AgentTool:
 
     name: ClassVar[str]
     description: str
-    input_schema: ClassVar[Mapping[str, Any]]
+    input_schema: Mapping[str, Any]
     output_schema: ClassVar[Mapping[str, Any] | None] = None
     _allowed: ClassVar[frozenset[str]]
     _required: ClassVar[tuple[str, ...]]
+    _optional: ClassVar[frozenset[str]]
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
         if "input_schema" in vars(cls):
             cls._allowed = frozenset(cls.input_schema.get("properties", {}))
             cls._required = tuple(cls.input_schema.get("required", ()))
+            cls._optional = cls._allowed - frozenset(cls._required)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -69,15 +71,23 @@ class AgentTool:
 
     async def call(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         """Check the argument names, run the tool; a refusal becomes an ``isError`` result, and an
-        unexpected failure an ``internal`` one (logged with its traceback, never sent)."""
+        unexpected failure an ``internal`` one (logged in one line, never sent)."""
         try:
             self.check_names(arguments)
-            return await self.run(who, arguments)
+            return await self.run(who, self.accepted(arguments))
         except RelayError as exc:
             return tool_error(exc)
-        except Exception:
-            log.exception("tool %s failed unexpectedly", self.name, extra={"agent": who.agent})
+        except Exception as exc:
+            log.error("tool %s failed unexpectedly: %s", self.name, failure(exc), extra={"agent": who.agent})
             return tool_error(InternalError())
+
+    def accepted(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The arguments as ``run`` reads them: what the input schema allows is accepted, so an
+        optional argument that is ``null`` is absent, and ``1.0`` where an integer goes is ``1``."""
+        if any(arguments[name] is None for name in self._optional if name in arguments):
+            arguments = {k: v for k, v in arguments.items() if v is not None or k not in self._optional}
+        accepted: Mapping[str, Any] = schemas.integral(self.input_schema, arguments)
+        return accepted
 
     def check_names(self, arguments: Mapping[str, Any]) -> None:
         """Refuse unknown and missing arguments (the schemas' ``additionalProperties: false`` and
@@ -123,11 +133,15 @@ class RegisterAgentAddress(RelayTool):
         super().__init__(relay)
         options = options if options is not None else DEFAULT_TOOLS
         self.webhooks = options.webhooks
+        endpoints = schemas.HOST_ENDPOINTS
         if options.network:
             self.providers = network_providers()
             self.description = self.NETWORK_DESCRIPTION
+            endpoints = schemas.NETWORK_ENDPOINTS
         else:
             self.providers = host_providers()
+        # Per instance: the providers this front takes are listed (enum) in the published schema.
+        self.input_schema = schemas.register_arguments(self.providers.names, endpoints)
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         provider = _string(arguments, "provider")
@@ -164,7 +178,7 @@ class SendAgentMessage(RelayTool):
         "expire unread. Follow it with GetMessageStatus."
     )
     input_schema = schemas.SEND_ARGUMENTS
-    output_schema = schemas.SENT_SHAPE
+    output_schema = schemas.SENT
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         to = arguments["to"]
@@ -210,7 +224,7 @@ class FetchAgentInbox(RelayTool):
 
     name = "FetchAgentInbox"
     input_schema = schemas.FETCH_ARGUMENTS
-    output_schema = schemas.INBOX_SHAPE
+    output_schema = schemas.INBOX
 
     def __init__(
         self, relay: Relay[AgentMessage], max_response_bytes: int = MAX_FETCH_RESPONSE_BYTES
@@ -293,7 +307,7 @@ class AcknowledgeAgentInbox(RelayTool):
         "acknowledged ids are reported, not refused."
     )
     input_schema = schemas.ACKNOWLEDGE_ARGUMENTS
-    output_schema = schemas.ACKNOWLEDGEMENT_SHAPE
+    output_schema = schemas.ACKNOWLEDGEMENT
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         done = await self.relay.ack(who.agent, arguments["ids"], session=who.session)
@@ -323,7 +337,7 @@ class GetMessageStatus(RelayTool):
         "retention, 7 days by default)."
     )
     input_schema = schemas.STATUS_ARGUMENTS
-    output_schema = schemas.STATUSES_SHAPE
+    output_schema = schemas.STATUSES
 
     async def run(self, who: AgentIdentity, arguments: Mapping[str, Any]) -> CallToolResult:
         statuses = await self.relay.status(who.agent, arguments["ids"], session=who.session)

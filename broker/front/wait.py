@@ -20,6 +20,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
+from starlette.responses import JSONResponse
+
 from broker.agent_message import KIND_LABELS, AgentMessage
 from broker.envelope import format_time
 from broker.errors import InternalError, InvalidArgument, RelayError, error_body, json_type
@@ -28,6 +30,7 @@ from broker.front.hangup import hung_up
 from broker.limits import MAX_NOTICE_WAIT_SECONDS
 from broker.preview import preview
 from broker.relay import MailNotice, Relay
+from broker.text import failure, shown
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -54,9 +57,8 @@ class WaitRoute:
         if scope["type"] != "http":
             return
         if scope.get("method") != "POST":
-            await _answer(
-                send, 405, _refusal("method", "method.post", "POST the wait"), [(b"allow", b"POST")]
-            )
+            refused = _refusal("method", "method.post", "POST the wait")
+            await _answer(scope, receive, send, 405, refused, {"allow": "POST"})
             return
         identity = await self.auth.authenticate(scope, send)
         if identity is None:
@@ -64,12 +66,13 @@ class WaitRoute:
         try:
             timeout_ms = parse_body(await _body(receive))
         except _TooLarge:
-            await _answer(send, 413, _refusal("body", "body.max_bytes", f"at most {MAX_BODY_BYTES} bytes"))
+            refused = _refusal("body", "body.max_bytes", f"at most {MAX_BODY_BYTES} bytes")
+            await _answer(scope, receive, send, 413, refused)
             return
         except _Gone:
             return
         except InvalidArgument as exc:
-            await _answer(send, 400, error_body(exc))
+            await _answer(scope, receive, send, 400, error_body(exc))
             return
         # the wait runs in this task; a small watcher cancels it if the caller hangs up (freeing the
         # parked slot at once): two tasks per waiter, the request's and the watcher's
@@ -82,17 +85,17 @@ class WaitRoute:
                 return  # hung up: nobody to answer
             raise
         except RelayError as exc:
-            await _answer(send, http_status(exc), error_body(exc))
+            await _answer(scope, receive, send, http_status(exc), error_body(exc))
             return
-        except Exception:
-            log.exception("the mail-pending wait of %s failed", identity.agent)
+        except Exception as exc:
+            log.error("the mail-pending wait of %s failed: %s", identity.agent, failure(exc))
             internal = InternalError()
-            await _answer(send, http_status(internal), error_body(internal))
+            await _answer(scope, receive, send, http_status(internal), error_body(internal))
             return
         finally:
             waiting.task = None  # set before any further await: the watcher can no longer cancel
             watching.cancel()
-        await _answer(send, 200, answer(notice))
+        await _answer(scope, receive, send, 200, answer(notice))
 
 
 def parse_body(raw: bytes) -> int:
@@ -107,10 +110,9 @@ def parse_body(raw: bytes) -> int:
         )
     for name in data:
         if name != "timeout_ms":
+            field = shown(name)  # client text, into a log line and a JSON answer: escaped and cut
             raise InvalidArgument(
-                str(name)[:64],
-                "body.unknown_field",
-                f"unknown field {name!r:.70}: the body has only timeout_ms",
+                field, "body.unknown_field", f"unknown field {field!r}: the body has only timeout_ms"
             )
     if "timeout_ms" not in data:
         raise InvalidArgument("timeout_ms", "timeout_ms.required", f"is required, e.g. {_EXAMPLE}")
@@ -188,20 +190,15 @@ def _refusal(field: str, rule: str, message: str) -> dict[str, object]:
 
 
 async def _answer(
-    send: Send, status: int, body: dict[str, object], extra: list[tuple[bytes, bytes]] | None = None
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    body: dict[str, object],
+    headers: dict[str, str] | None = None,
 ) -> None:
-    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    with contextlib.suppress(OSError):
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode("ascii")),
-                    (b"cache-control", b"no-store"),
-                    *(extra or []),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
+    response = JSONResponse(
+        body, status_code=status, headers={"cache-control": "no-store", **(headers or {})}
+    )
+    with contextlib.suppress(OSError):  # the caller may have left meanwhile
+        await response(scope, receive, send)

@@ -2,7 +2,9 @@
 
 An operator proves they hold the relay's signing key: ``relay dashboard-url`` mints a short-lived login
 token with it, the first load of ``/ui/login?token=...`` spends the token (once) and answers with a
-session cookie (HttpOnly, SameSite=Strict, path ``/ui``). Both are JWTs (HS256, PyJWT) prefixed
+session cookie (HttpOnly, SameSite=Strict, path ``/ui``). Spent login tokens are recorded in the
+relay's store (``broker.ports.ISpentTokens``), so a login URL works once across every worker and
+restart. Both are JWTs (HS256, PyJWT) prefixed
 ``ui1.``, signed with a key derived from each relay key (``KeyRing.derived``), never with the key
 itself: an agent token cannot pass as a dashboard token nor the other way round, even though one key
 file backs both. The audience and the ``use`` claim (``login`` or ``session``) keep the two dashboard
@@ -23,6 +25,7 @@ from typing import Final, Literal
 import jwt
 
 from broker.front.tokens import KeyRing
+from broker.ports import ISpentTokens
 
 PREFIX: Final = "ui1."
 AUDIENCE: Final = "relay-dashboard"
@@ -35,7 +38,9 @@ MAX_LOGIN_TTL: Final = 3600
 SESSION_TTL: Final = 12 * 3600
 """Seconds a dashboard session lasts; then the operator asks ``relay dashboard-url`` again."""
 MAX_TOKEN_CHARS: Final = 2048
-_SPENT_CAP: Final = 10_000
+CLOCK_SKEW: Final = 60
+"""Seconds a token's ``iat`` may lie ahead of this clock; a spent id is also kept this much longer
+than its token lives, for workers whose clocks differ."""
 
 Use = Literal["login", "session"]
 
@@ -51,10 +56,11 @@ class Session:
 
 
 class OperatorAccess:
-    """Mints and checks dashboard tokens with keys derived from a relay key ring."""
+    """Mints and checks dashboard tokens with keys derived from a relay key ring; ``spent`` records the
+    login tokens spent (without it, minting only: every login is refused)."""
 
-    def __init__(self, keyring: KeyRing) -> None:
-        self._spent: dict[str, int] = {}
+    def __init__(self, keyring: KeyRing, spent: ISpentTokens | None = None) -> None:
+        self._spent = spent
         self.use(keyring)
 
     def use(self, keyring: KeyRing) -> None:
@@ -67,16 +73,17 @@ class OperatorAccess:
             raise ValueError(f"a login token lives 1 to {MAX_LOGIN_TTL} seconds")
         return self._mint("login", LOGIN_PURPOSE, ttl, secrets.token_urlsafe(16), now)
 
-    def login(self, token: str, now: float | None = None) -> tuple[str, Session]:
-        """Spend a login token: a new session and its cookie value. A token works once."""
+    async def login(self, token: str, now: float | None = None) -> tuple[str, Session]:
+        """Spend a login token: a new session and its cookie value. A token works once, on every worker
+        of the relay. Raises ``AccessDenied``, or what ``ISpentTokens.spend`` raises (the store does
+        not answer: nobody is let in)."""
         claims = self._verify(token, "login", LOGIN_PURPOSE, now)
         current = int(time.time() if now is None else now)
-        self._spent = {jti: exp for jti, exp in self._spent.items() if exp > current}
-        if claims["jti"] in self._spent:
+        if self._spent is None:
+            raise AccessDenied("this process takes no dashboard logins")
+        exp = int(str(claims["exp"]))
+        if not await self._spent.spend(str(claims["jti"]), (exp - current + CLOCK_SKEW) * 1000):
             raise AccessDenied("this login URL was used already; run `relay dashboard-url` for a new one")
-        if len(self._spent) >= _SPENT_CAP:
-            raise AccessDenied("too many logins at once; wait a few minutes and run `relay dashboard-url`")
-        self._spent[str(claims["jti"])] = int(str(claims["exp"]))
         sid = secrets.token_urlsafe(18)
         cookie = self._mint("session", SESSION_PURPOSE, SESSION_TTL, sid, now)
         return cookie, Session(sid, current + SESSION_TTL)
@@ -127,6 +134,6 @@ class OperatorAccess:
             raise AccessDenied("not a dashboard token of this kind; run `relay dashboard-url`")
         if current >= exp:
             raise AccessDenied("the token has expired; run `relay dashboard-url` for a new login URL")
-        if iat > current + 60:
+        if iat > current + CLOCK_SKEW:
             raise AccessDenied("the token was issued in the future; check the clocks")
         return claims

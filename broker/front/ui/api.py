@@ -31,6 +31,7 @@ from broker.ids import check_agent_id, check_session_id, is_envelope_id
 from broker.limits import MAX_ACK_IDS
 from broker.ports import IOperatorView, StoredEnvelope
 from broker.relay import Relay
+from broker.text import failure
 from broker.threads import IN_REPLY_TO
 
 log = logging.getLogger("relay.dashboard")
@@ -109,8 +110,7 @@ def routes(dashboard: Dashboard, session_of: Callable[[Request], Caller]) -> lis
             except RelayError as exc:
                 return _error(exc)
             except Exception as exc:  # one line in the log, a retryable answer, no traceback
-                reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-                log.error("dashboard %s failed: %s", request.url.path, reason)
+                log.error("dashboard %s failed: %s", request.url.path, failure(exc))
                 return _error(InternalError())
             return JSONResponse(data, headers={"cache-control": "no-store"})
 
@@ -169,10 +169,21 @@ def _dead_letter(letter: DeadLetter) -> dict[str, object]:
         "sent_at": format_ms(letter.sent_at_ms),
         "attempts": letter.attempts,
         "reason": letter.reason,
+        "why": why_dead(letter),
         "dead_at": format_ms(letter.dead_at_ms),
         "kind": letter.fields.get("kind"),
         "text": letter.fields.get("text"),
     }
+
+
+def why_dead(letter: DeadLetter) -> str:
+    """Why ``letter`` is a dead letter, in words: the relay's two reasons, or its consumer's."""
+    if letter.reason == "expired":
+        return "expired: its time to live ran out before it was acknowledged"
+    if letter.reason == "max_deliveries":
+        times = "once" if letter.attempts == 1 else f"{letter.attempts} times"
+        return f"too many deliveries: handed out {times} and never acknowledged"
+    return f"given up by its consumer: {letter.reason}"
 
 
 def _tree(envelopes: list[StoredEnvelope]) -> list[tuple[StoredEnvelope, int]]:
@@ -320,7 +331,6 @@ class _Views:
         else:
             session = current.session
         envelope = await relay.send(sender, to, body, session=session)
-        envelope = await relay.send(sender, to, body)
         self.d.overview.forget()
         return {
             "id": envelope.id,

@@ -19,6 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from broker.errors import RelayError
 from broker.front.limits import LOOPBACK_NAMES, BodyGuard, HostCheck
 from broker.front.ui import api
 from broker.front.ui.access import SESSION_TTL, AccessDenied
@@ -77,9 +78,12 @@ def create_dashboard(dashboard: Dashboard) -> ASGIApp:
 
     async def login(request: Request) -> Response:
         try:
-            cookie, _ = access.login(request.query_params.get("token", ""))
+            cookie, _ = await access.login(request.query_params.get("token", ""))
         except AccessDenied as exc:
             return _denied(str(exc))
+        except RelayError as exc:  # the store did not answer: nobody is let in
+            reason = f"{exc.message}; reload to try again, or run `relay dashboard-url` for a new login URL"
+            return _denied(reason, 503)
         # The token leaves the address bar at once (and the history entry), and is spent anyway.
         response = RedirectResponse("/ui/", status_code=303)
         response.set_cookie(COOKIE, cookie, max_age=SESSION_TTL, path="/ui", httponly=True, samesite="strict")

@@ -65,12 +65,11 @@
 
   function notice(text, ok) { return el("div", { class: "notice " + (ok ? "ok" : "error"), role: "alert" }, text); }
 
+  // A refusal's message already names every violated field and rule: it is shown once, as it is.
   function errorText(body, status) {
     const error = body && body.error;
     if (!error) return "request failed (HTTP " + status + ")";
-    let text = error.code + ": " + error.message;
-    for (const v of error.violations || []) text += "\n" + (v.field || "message") + ": " + v.message;
-    return text;
+    return error.code + ": " + error.message;
   }
 
   async function api(path, options) {
@@ -250,7 +249,7 @@
     const box = el("div", { id: "dead" });
     const result = el("div", {});
     view.replaceChildren(el("h1", {}, "Dead letters"),
-      el("p", { class: "muted" }, "Envelopes given up on after too many failed deliveries. Requeue puts them back at the end of the inbox with a new id."),
+      el("p", { class: "muted" }, "Envelopes given up on: expired before they were acknowledged (sent with a time to live), handed out too many times without an acknowledgement, or given up by their consumer. Requeue puts them back at the end of the inbox with a new id."),
       result, box);
     const selected = new Set();
 
@@ -272,14 +271,14 @@
           el("button", { type: "button", onclick: () => requeue(g.agent, g.letters.map((x) => x.id).filter((x) => selected.has(g.agent + " " + x))) }, "Requeue selected"),
           el("button", { type: "button", class: "secondary", onclick: () => requeue(g.agent, null) }, "Requeue all " + g.total)),
         el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", {}, "Envelope"), el("th", {}, "From"),
-          el("th", { class: "num" }, "Attempts"), el("th", {}, "Reason"), el("th", {}, "Dead at"), el("th", {}, "Text"))),
+          el("th", { class: "num" }, "Attempts"), el("th", {}, "Why"), el("th", {}, "Dead at"), el("th", {}, "Text"))),
           el("tbody", {}, ...g.letters.map((x) => {
             const key = g.agent + " " + x.id;
             const box = el("input", { type: "checkbox", "aria-label": "select " + x.id });
             box.checked = selected.has(key);
             box.addEventListener("change", () => { if (box.checked) selected.add(key); else selected.delete(key); });
             return el("tr", { "data-envelope": x.id }, el("td", {}, box), el("td", { class: "mono" }, x.id),
-              el("td", {}, x.from), el("td", { class: "num" }, x.attempts), el("td", { class: "text" }, x.reason),
+              el("td", {}, x.from), el("td", { class: "num" }, x.attempts), el("td", { class: "text why", "data-reason": x.reason }, x.why),
               el("td", { class: "muted" }, x.dead_at), el("td", { class: "text" }, x.text || ""));
           }))))));
     }
@@ -340,20 +339,29 @@
       const peak = Math.max(1, ...points.flatMap((p) => data.tiers.map((t) => p.sent[t])));
       const first = points.length ? points[0].at_ms : 0;
       const span = Math.max(1, (points.length ? points[points.length - 1].at_ms : 1) - first);
-      const shapes = [];
-      const axis = document.createElementNS(ns, "line");
-      for (const [k, v] of Object.entries({ x1: PAD, y1: H - PAD, x2: W - 5, y2: H - PAD, class: "axis" })) axis.setAttribute(k, v);
-      shapes.push(axis);
-      const label = document.createElementNS(ns, "text");
-      label.setAttribute("x", 2); label.setAttribute("y", PAD - 10);
-      label.textContent = peak.toFixed(1) + "/s";
-      shapes.push(label);
+      const x = (at) => PAD + (W - PAD - 5) * (at - first) / span;
+      const shape = (name, attributes, text) => {
+        const node = document.createElementNS(ns, name);
+        for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
+        if (text !== undefined) node.textContent = text;
+        return node;
+      };
+      const shapes = [shape("line", { x1: PAD, y1: H - PAD, x2: W - 5, y2: H - PAD, class: "axis" }),
+        shape("text", { x: 2, y: PAD - 10 }, peak.toFixed(1) + "/s")];
+      // The time axis: up to 5 evenly spaced times (UTC, as every time on these pages) under the
+      // baseline, at least a second apart so that no two read the same.
+      const ticks = Math.max(2, Math.min(5, Math.floor(span / 1000) + 1));
+      for (let i = 0; points.length && i < ticks; i += 1) {
+        const at = first + span * i / (ticks - 1);
+        const anchor = i === 0 ? "start" : i === ticks - 1 ? "end" : "middle";
+        shapes.push(shape("line", { x1: x(at), y1: H - PAD, x2: x(at), y2: H - PAD + 4, class: "axis" }));
+        shapes.push(shape("text", { x: x(at), y: H - PAD + 16, "text-anchor": anchor, class: "tick", "data-at-ms": Math.round(at) },
+          new Date(at).toISOString().slice(11, 19)));
+      }
+      shapes.push(shape("text", { x: W - 5, y: H - 2, "text-anchor": "end", class: "axis-label" }, "time (UTC)"));
       for (const tier of data.tiers) {
-        const line = document.createElementNS(ns, "polyline");
-        line.setAttribute("class", "tier-" + tier);
-        line.setAttribute("points", points.map((p) =>
-          (PAD + (W - PAD - 5) * (p.at_ms - first) / span).toFixed(1) + "," + (H - PAD - (H - 2 * PAD) * p.sent[tier] / peak).toFixed(1)).join(" "));
-        shapes.push(line);
+        shapes.push(shape("polyline", { class: "tier-" + tier, points: points.map((p) =>
+          x(p.at_ms).toFixed(1) + "," + (H - PAD - (H - 2 * PAD) * p.sent[tier] / peak).toFixed(1)).join(" ") }));
       }
       svg.replaceChildren(...shapes);
       legend.replaceChildren(...data.tiers.map((t) => el("span", {}, el("span", { class: "swatch tier-" + t }), t)));
