@@ -130,7 +130,7 @@ async def test_an_envelope_with_a_1s_ttl_is_not_handed_out_after_1_5s_and_reads_
         assert sample(metrics, "csf_relay_envelopes_expired_total", tier="host") >= 1
         assert sample(metrics, "csf_relay_inbox_expired", agent="ttl-b") == 1
         inspected = run_relay("inspect", "ttl-b", "--redis-url", worker.url).stdout
-        assert "1 envelopes expired" in inspected
+        assert "1 envelope expired unacknowledged" in inspected
         bad = error(
             await alice.call_tool(
                 "SendAgentMessage", {"to": "ttl-b", "message": {"kind": 1, "text": "x"}, "ttl_ms": 999}
