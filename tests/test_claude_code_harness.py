@@ -21,7 +21,9 @@ __all__ = ["claude_binary_fixture"]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 WAKE_LINE = "stub-wake: the flag file appeared"
-WAKE_WITHIN_S = 5.0
+WAKE_WITHIN_S = 30.0
+"""A bound on the wait for the wake, not a latency target (bench/wake.py measures that): on a loaded
+machine the CLI takes seconds to start its turn; without a wake nothing arrives at all."""
 
 # Waits (at most 60 s) for the flag file, then says one line on stderr and exits 2. It leaves a file named
 # after its PID in ARMED first, so the test knows a waiter is running before it raises the flag.
@@ -65,7 +67,7 @@ def _woken(api: FakeAnthropic, flag: Path, before: int) -> float:
     flag.touch()
     request = api.wait_for(
         lambda r: r.is_conversation and WAKE_LINE in r.last_user_text(),
-        WAKE_WITHIN_S * 4,
+        WAKE_WITHIN_S * 2,
         after=before,
         what="carrying the hook's line",
     )

@@ -231,12 +231,12 @@ def test_nothing_new_until_the_timeout_wakes_the_session_once_to_be_armed_again(
     tmp_path: Path, relay_stub: ScriptedRelay, key: Path, claude: subprocess.Popen[bytes]
 ) -> None:
     started = time.monotonic()
-    code, out, err = _finish(_hook(tmp_path, *_wait_args(relay_stub, key, claude, timeout=2)), 30)
+    code, out, err = _finish(_hook(tmp_path, *_wait_args(relay_stub, key, claude, timeout=2)), 60)
 
     assert (code, out) == (2, "")
     assert err.strip() == rearm("author", 2) and err.startswith("relay: no new mail for author in 2 s.")
     assert "Nothing to do" in err
-    assert 2 <= time.monotonic() - started < 15
+    assert 2 <= time.monotonic() - started < 60
     assert all(w["timeout_ms"] <= 2000 for w in relay_stub.waits())
 
 

@@ -28,7 +28,9 @@ __all__ = ["claude_binary_fixture"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-WAKE_WITHIN_S = 5.0
+WAKE_WITHIN_S = 30.0
+"""A bound on the wait for the wake, not a latency target (bench/wake.py measures that): on a loaded
+machine the CLI takes seconds to start its turn; without a wake nothing arrives at all."""
 ANSWER = "Approved: ship PR 12 once the changelog names the new flag."
 
 

@@ -200,13 +200,13 @@ async def test_long_poll_returns_as_soon_as_a_message_arrives(front: Front) -> N
         sent = data(
             await alice.call_tool("SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "wake"}})
         )
-        got = data(await asyncio.wait_for(waiting, 10))["envelopes"]
+        # woken, not timed out: a poll that runs out answers no envelope
+        got = data(await asyncio.wait_for(waiting, 60))["envelopes"]
         assert [e["id"] for e in got] == [sent["id"]]
-        assert time.monotonic() - started < 10
         started = time.monotonic()
-        empty = data(await bob.call_tool("FetchAgentInbox", {"wait_ms": 300}))
-        assert len(empty["envelopes"]) == 1  # pending comes back at once, no wait
-        assert time.monotonic() - started < 5
+        pending = data(await bob.call_tool("FetchAgentInbox", {"wait_ms": 25000}))
+        assert len(pending["envelopes"]) == 1  # pending comes back at once: far sooner than the wait
+        assert time.monotonic() - started < 12.5
 
 
 async def test_metrics_health_and_readiness(front: Front) -> None:

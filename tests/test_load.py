@@ -31,7 +31,10 @@ from tests.processes import REGISTER, ok, serve_processes, tool_outcome
 
 AGENTS = 50
 MESSAGES = 200
-BUDGET_SECONDS = 240.0
+STALL_SECONDS = 90.0
+"""The run fails when no send and no acknowledgement lands for this long: a stall, not slowness. A
+loaded machine makes the run slower (about 60 s quiet, several times that under load), so the test
+bounds the time without progress instead of the total time; pytest's timeout is the backstop."""
 
 
 @dataclass
@@ -71,7 +74,7 @@ async def send_all(http: httpx2.AsyncClient, urls: list[str], agents: list[Agent
 
 async def receive_all(http: httpx2.AsyncClient, urls: list[str], me: Agent) -> None:
     fetch_url, ack_url = urls[(me.index + 1) % 2], urls[me.index % 2]
-    for _ in range(100_000):  # bounded; the caller's wait_for bounds the time
+    for _ in range(100_000):  # bounded in count; until_done fails a stall
         if len(me.acknowledged) >= MESSAGES:
             return
         outcome, data = await tool_outcome(
@@ -100,6 +103,24 @@ async def receive_all(http: httpx2.AsyncClient, urls: list[str], me: Agent) -> N
             assert not done["unknown"], done
 
 
+async def until_done(tasks: list[asyncio.Task[None]], agents: list[Agent]) -> None:
+    """Await ``tasks``; fail naming the stall when nothing was sent or acknowledged for STALL_SECONDS."""
+    pending = set(tasks)
+    progress, last = -1, time.monotonic()
+    for _ in range(1_000_000):  # bounded; each round waits up to a second
+        if not pending:
+            return
+        done, pending = await asyncio.wait(pending, timeout=1.0)
+        for task in done:
+            task.result()  # a failed task fails the test with its own error
+        now = sum(len(a.sent) + len(a.acknowledged) + sum(a.errors.values()) for a in agents)
+        if now != progress:
+            progress, last = now, time.monotonic()
+        elif time.monotonic() - last >= STALL_SECONDS:
+            raise AssertionError(f"stalled: no send or acknowledgement for {STALL_SECONDS} s at {now}")
+    raise AssertionError("not done within a million rounds")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -112,7 +133,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(BUDGET_SECONDS + 120)
+@pytest.mark.timeout(1800)
 async def test_fifty_agents_two_hundred_messages_each_through_two_workers(tmp_path: Path) -> None:
     server = EmbeddedRedis(tmp_path / "redis", appendfsync="everysec")  # what `relay serve` runs
     server.start()
@@ -136,9 +157,9 @@ async def test_fifty_agents_two_hundred_messages_each_through_two_workers(tmp_pa
                 receiving = [asyncio.create_task(receive_all(http, urls, a)) for a in agents]
                 sending = [asyncio.create_task(send_all(http, urls, agents, a)) for a in agents]
                 try:
-                    await asyncio.wait_for(asyncio.gather(*sending), BUDGET_SECONDS)
+                    await until_done(sending, agents)
                     sent_in = time.monotonic() - started
-                    await asyncio.wait_for(asyncio.gather(*receiving), BUDGET_SECONDS - sent_in)
+                    await until_done(receiving, agents)
                     done_in = time.monotonic() - started
                     worker_cpu = sum(cpu_seconds(w.pid) for w in pair) - sum(cpu_before[0])
                     client_cpu = time.process_time() - cpu_before[1]

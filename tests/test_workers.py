@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -99,15 +98,13 @@ async def test_two_workers_serve_the_same_agents_and_count_what_each_did(cluster
         assert cluster.client.xlen(KEYS.inbox("bob")) == 0
 
         # a long poll on A is woken by a send on B
-        started = time.monotonic()
         poll = asyncio.create_task(ok(http, a.url, bob, "FetchAgentInbox", {"wait_ms": 20000}))
         await asyncio.to_thread(wait_until_parked, a)
         late = await ok(
             http, b.url, alice, "SendAgentMessage", {"to": "bob", "message": {"kind": 1, "text": "wake"}}
         )
-        woken = (await asyncio.wait_for(poll, 15))["envelopes"]
-        assert [e["id"] for e in woken] == [late["id"]]
-        assert time.monotonic() - started < 15
+        woken = (await asyncio.wait_for(poll, 60))["envelopes"]
+        assert [e["id"] for e in woken] == [late["id"]]  # woken: a poll that runs out answers none
         await ok(http, a.url, bob, "AcknowledgeAgentInbox", {"ids": [late["id"]]})
 
     after = {"a": a.metrics(), "b": b.metrics()}
