@@ -1,7 +1,7 @@
 """``POST /agent/token``: a per-agent credential exchanged for the short-lived token ``/mcp/agent`` checks.
 
 Request: ``Authorization: Bearer <id>.<secret>`` (a credential of ``relay credentials issue``) and the
-body ``{"agent": ID, "session": SID}``. Answer (200): ``{"token", "expires_at", "expires_in",
+body ``{"agent": ID, "session": SID}`` (and optionally ``"ttl_seconds"``, for a shorter lifetime). Answer (200): ``{"token", "expires_at", "expires_in",
 "headers"}``, the token signed with the relay's key, bound to the agent, the session, this listener's
 audience and the credential's id, valid ``EXCHANGE_TTL_SECONDS`` (never past the credential's expiry),
 and ``headers`` the three an agent sends. Refusals: 400 for a bad body, 401 with ``cause``
@@ -162,7 +162,7 @@ class TokenRoute:
                 authorization = bytes(value).decode("latin-1").strip()
                 break
         try:
-            agent, session = parse_body(await _body(receive))
+            agent, session, ttl = parse_body(await _body(receive))
         except _TooLarge:
             refused = InvalidArgument("body", "body.max_bytes", f"at most {MAX_BODY_BYTES} bytes")
             return 413, error_body(refused)
@@ -189,7 +189,6 @@ class TokenRoute:
                 raise AuthError("unknown_credential")
             now_ms = int(time.time() * 1000)
             self._check(record, agent, now_ms)
-            ttl = EXCHANGE_TTL_SECONDS
             if record.expires_at_ms is not None:
                 ttl = max(1, min(ttl, (record.expires_at_ms - now_ms) // 1000))
             token = self.keyring.mint(
@@ -259,8 +258,9 @@ class TokenRoute:
         )
 
 
-def parse_body(raw: bytes) -> tuple[str, str]:
-    """``(agent, session)`` of an exchange's body; ``InvalidArgument`` naming the field otherwise."""
+def parse_body(raw: bytes) -> tuple[str, str, int]:
+    """``(agent, session, ttl_seconds)`` of an exchange's body (``ttl_seconds``, optional, asks for a
+    shorter lifetime than ``EXCHANGE_TTL_SECONDS``); ``InvalidArgument`` naming the field otherwise."""
     try:
         data: Any = json.loads(raw)
     except (ValueError, RecursionError):
@@ -270,15 +270,22 @@ def parse_body(raw: bytes) -> tuple[str, str]:
             "body", "body.type", f"must be a JSON object such as {_EXAMPLE}, got {json_type(data)}"
         )
     for name in data:
-        if name not in ("agent", "session"):
+        if name not in ("agent", "session", "ttl_seconds"):
             field = shown(name)
             raise InvalidArgument(
-                field, "body.unknown_field", f"unknown field {field!r}: the body has agent and session"
+                field,
+                "body.unknown_field",
+                f"unknown field {field!r}: the body has agent, session and optionally ttl_seconds",
             )
     for name in ("agent", "session"):
         if not isinstance(data.get(name), str):
             raise InvalidArgument(name, f"{name}.required", f"is required (a string), e.g. {_EXAMPLE}")
-    return check_agent_id(data["agent"], "agent"), check_session_id(data["session"], "session")
+    ttl = data.get("ttl_seconds", EXCHANGE_TTL_SECONDS)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= EXCHANGE_TTL_SECONDS:
+        raise InvalidArgument(
+            "ttl_seconds", "ttl_seconds.range", f"must be a whole number from 1 to {EXCHANGE_TTL_SECONDS}"
+        )
+    return check_agent_id(data["agent"], "agent"), check_session_id(data["session"], "session"), ttl
 
 
 class _TooLarge(Exception):
