@@ -1,9 +1,9 @@
 """``POST /agent/token``: a per-agent credential exchanged for the short-lived token ``/mcp/agent`` checks.
 
 Request: ``Authorization: Bearer <id>.<secret>`` (a credential of ``relay credentials issue``) and the
-body ``{"agent": ID, "session": SID}`` (and optionally ``"ttl_seconds"``, for a shorter lifetime). Answer (200): ``{"token", "expires_at", "expires_in",
-"headers"}``, the token signed with the relay's key, bound to the agent, the session, this listener's
-audience and the credential's id, valid ``EXCHANGE_TTL_SECONDS`` (never past the credential's expiry),
+body ``{"agent": ID, "session": SID}`` (optionally ``"ttl_seconds"``, for a shorter lifetime). Answer
+(200): ``{"token", "expires_at", "expires_in", "headers"}``, the token signed with the relay's key,
+bound to the agent, the session, this listener's audience and the credential's id, valid ``EXCHANGE_TTL_SECONDS`` (never past the credential's expiry),
 and ``headers`` the three an agent sends. Refusals: 400 for a bad body, 401 with ``cause``
 ``unknown_credential`` (no such id, or a wrong secret: the two are not told apart), ``revoked``,
 ``expired``, ``wrong_audience`` (a loopback credential on the network listener, or the reverse) or
