@@ -3,14 +3,14 @@
 Request: ``Authorization: Bearer <id>.<secret>`` (a credential of ``relay credentials issue``) and the
 body ``{"agent": ID, "session": SID}`` (optionally ``"ttl_seconds"``, for a shorter lifetime). Answer
 (200): ``{"token", "expires_at", "expires_in", "headers"}``, the token signed with the relay's key,
-bound to the agent, the session, this listener's audience and the credential's id, valid ``EXCHANGE_TTL_SECONDS`` (never past the credential's expiry),
-and ``headers`` the three an agent sends. Refusals: 400 for a bad body, 401 with ``cause``
-``unknown_credential`` (no such id, or a wrong secret: the two are not told apart), ``revoked``,
-``expired``, ``wrong_audience`` (a loopback credential on the network listener, or the reverse) or
-``wrong_agent``; 429 ``too_many_failures`` after ``MAX_FAILURES`` wrong credentials from one client for
-one id within ``FAILURE_WINDOW_SECONDS`` (nothing is looked up meanwhile); 503 when the store does not
-answer. Every exchange and refusal is one audit log line (``relay.credentials``) and a count of
-``csf_relay_credentials_total{event}``.
+bound to the agent, the session, this listener's audience and the credential's id, valid
+``EXCHANGE_TTL_SECONDS`` (never past the credential's expiry), and ``headers`` the three an agent sends.
+Refusals: 400 for a bad body, 401 with ``cause`` ``unknown_credential`` (no such id, or a wrong secret:
+the two are not told apart), ``revoked``, ``expired``, ``wrong_audience`` (a loopback credential on the
+network listener, or the reverse) or ``wrong_agent``; 429 ``too_many_failures`` after ``MAX_FAILURES``
+wrong credentials from one client for one id within ``FAILURE_WINDOW_SECONDS`` (nothing is looked up
+meanwhile); 503 when the store does not answer. Every exchange and refusal is one audit log line
+(``relay.credentials``) and a count of ``csf_relay_credentials_total{event}``.
 
 A token names its credential, and ``CredentialGate`` refuses it (401 ``revoked``) once the credential is
 revoked: each process asks the store again when its answer is ``REVOCATION_CHECK_SECONDS`` old, so a
