@@ -88,14 +88,13 @@ async def test_a_front_without_credentials_refuses_credential_tokens(redis_url: 
     record, _ = new_credential("alice", now_ms=1)
     token = keyring.mint("alice", "s1", 60, credential=record.id)
     headers = {**MCP_HEADERS, "authorization": f"Bearer {token}", AGENT_HEADER: "alice", SESSION_HEADER: "s1"}
-    async with relay:
-        async with (
-            serve_app(create_app(relay, keyring=keyring)) as base,
-            httpx2.AsyncClient(timeout=30) as http,
-        ):
-            answer = await http.post(
-                base + "/mcp/agent", json=tool_call_body("FetchAgentInbox", {}), headers=headers
-            )
-            missing = await http.post(base + TOKEN_PATH, json={})
+    async with (
+        relay, serve_app(create_app(relay, keyring=keyring)) as base,
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        answer = await http.post(
+            base + "/mcp/agent", json=tool_call_body("FetchAgentInbox", {}), headers=headers
+        )
+        missing = await http.post(base + TOKEN_PATH, json={})
     assert answer.status_code == 401 and answer.json()["error"]["data"]["cause"] == "unknown_credential"
     assert missing.status_code in (404, 405)
