@@ -89,7 +89,8 @@ async def test_a_front_without_credentials_refuses_credential_tokens(redis_url: 
     token = keyring.mint("alice", "s1", 60, credential=record.id)
     headers = {**MCP_HEADERS, "authorization": f"Bearer {token}", AGENT_HEADER: "alice", SESSION_HEADER: "s1"}
     async with (
-        relay, serve_app(create_app(relay, keyring=keyring)) as base,
+        relay,
+        serve_app(create_app(relay, keyring=keyring)) as base,
         httpx2.AsyncClient(timeout=30) as http,
     ):
         answer = await http.post(
