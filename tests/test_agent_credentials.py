@@ -159,6 +159,9 @@ def test_a_set_up_folder_mints_for_its_own_agent_only_and_names_no_master_key(
     # a stolen token of one agent, sent as another
     stolen = call(served.process.url, {**headers, "X-CSF-Agent-ID": other})
     assert stolen.status_code == 401 and cause(stolen) == "agent_mismatch"
+    # nor is a token a credential: it mints nothing at /agent/token
+    token = headers["Authorization"].removeprefix("Bearer ")
+    assert cause(exchange(served.token_url, token, agent)) == "unknown_credential"
 
 
 def test_a_credential_cannot_open_the_dashboard(served: Relay) -> None:
