@@ -48,6 +48,7 @@ STATUS: Final[dict[str, int]] = {
     "invalid_address": 400,
     "contract_violation": 400,
     "unknown_recipient": 404,
+    "not_accepted": 403,
     "unregistered_agent": 409,
     "session_superseded": 409,
     "inbox_full": 429,
