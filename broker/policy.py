@@ -98,8 +98,9 @@ def listing(ids: Iterable[object], field: str = "accept_from") -> ContactPolicy:
 
 
 def parse_accept_from(text: str, field: str = "--accept-from") -> ContactPolicy:
-    """``open``, ``registered``, or a comma-separated list of agent ids (``relay policy set``). A
-    one-id list that spells ``open`` or ``registered`` is written twice (``open,open``)."""
+    """``open``, ``registered``, or a comma-separated list of agent ids (``relay policy set``; spaces
+    around an id are dropped). A one-id list that spells ``open`` or ``registered`` is written twice
+    (``open,open``)."""
     if text in (OPEN, REGISTERED):
         return ContactPolicy(text)
     if len(text) > (MAX_POLICY_AGENTS + 1) * 65:
@@ -109,4 +110,4 @@ def parse_accept_from(text: str, field: str = "--accept-from") -> ContactPolicy:
             f"is {len(text)} characters long: a list names at most {MAX_POLICY_AGENTS} agent ids "
             f"(nothing was changed)",
         )
-    return listing([part.strip() for part in text.split(",")], field)
+    return listing([part.strip(" ") for part in text.split(",")], field)
