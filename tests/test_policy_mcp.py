@@ -25,8 +25,6 @@ from broker.limits import MAX_POLICY_AGENTS
 from tests.front_support import data, error, key_file
 from tests.processes import REGISTER, ServeProcess, run_relay, sample, serve_processes
 
-pytestmark = pytest.mark.asyncio
-
 KEYS = Keys()
 
 
@@ -146,3 +144,11 @@ async def test_hostile_lists_are_refused_precisely_and_change_nothing(worker: Wo
     at_cap = ",".join(f"agent-{i}" for i in range(MAX_POLICY_AGENTS))
     assert worker.relay("policy", "set", "pol-guard", "--accept-from", at_cap).returncode == 0
     assert len(worker.show("pol-guard")["agents"]) == MAX_POLICY_AGENTS
+
+
+def test_redis_trouble_is_one_clear_retryable_line() -> None:
+    for command in ("set", "show"):
+        extra = ["--accept-from", "open"] if command == "set" else []
+        result = run_relay("policy", command, "bob", *extra, "--redis-url", "redis://127.0.0.1:1/0")
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert "cannot reach Redis at redis://127.0.0.1:1/0" in result.stderr and "retry" in result.stderr

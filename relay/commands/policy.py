@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from adapters.redis import RedisConnection, RedisPolicyStore, RedisRegistry, RedisSettings
+from adapters.redis.inspect import redacted
+from broker.errors import BackendUnavailable
 from broker.ids import check_agent_id
 from broker.limits import MAX_POLICY_AGENTS
 from broker.policy import ContactPolicy, parse_accept_from
@@ -73,10 +75,15 @@ def _store_call(args: argparse.Namespace, work: Callable[[RedisPolicyStore, bool
     async def run() -> T:
         connection = RedisConnection(RedisSettings(url=url))
         store = RedisPolicyStore(connection)
-        await store.open()
         try:
+            await store.open()
             registered = await RedisRegistry(connection).get(args.agent) is not None
             return await work(store, registered)
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"cannot reach Redis at {redacted(url)} ({exc.message}); is it running, and is it the one "
+                "relay serve uses?"
+            ) from exc
         finally:
             await store.close()
 
