@@ -263,7 +263,7 @@ async def test_the_dashboard_is_served_on_a_loopback_listener_with_a_key_only(tm
 
 
 async def test_the_agents_page_shows_each_policy_and_a_refused_send_says_why() -> None:
-    async with dashboard_front() as (http, _, state):
+    async with dashboard_front() as (http, relay, state):
         await MemoryPolicyStore(state).set("bob", listing(["alice"]))
         await MemoryPolicyStore(state).set("alice", ContactPolicy(REGISTERED))
         rows = {a["agent"]: a for a in (await http.get("/ui/api/agents")).json()["agents"]}
@@ -275,5 +275,8 @@ async def test_the_agents_page_shows_each_policy_and_a_refused_send_says_why() -
         )
         assert error["field"] == "to" and "relay policy set bob" in error["message"]
         assert all(not inbox.entries for inbox in state.inboxes.values())
+        assert await relay.registration("dana") is None  # a refused first send registers nobody
+        counted = relay.metrics.registry.get_sample_value
+        assert counted("csf_relay_sends_not_accepted_total", {"tier": "host"}) == 1
         ordered = (await http.get("/ui/api/agents", params={"sort": "policy"})).json()["agents"]
-        assert [a["policy"] for a in ordered][:2] == ["list (1)", "open"]
+        assert [a["policy"] for a in ordered] == ["list (1)", "registered"]

@@ -118,6 +118,10 @@ async def test_people_follow_the_policy_through_relay_send(worker: Worker) -> No
         assert refused.returncode == 1
         assert "relay refused the send (not_accepted)" in refused.stderr
         assert worker.store.xlen(KEYS.inbox("pol-desk")) == 1
+        first = worker.relay("send", "--from", "hopper", "--to", "pol-desk", "a first send, refused")
+        assert first.returncode == 1 and "(not_accepted)" in first.stderr
+        assert "hopper was not registered" in first.stderr
+        assert not worker.store.exists(KEYS.registration("hopper"))  # a refused first send registers nobody
         assert worker.relay("policy", "set", "pol-desk", "--accept-from", "pol-peer,grace").returncode == 0
         assert worker.relay("send", "--from", "grace", "--to", "pol-desk", "listed").returncode == 0
         assert worker.store.xlen(KEYS.inbox("pol-desk")) == 2
