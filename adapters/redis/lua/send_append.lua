@@ -10,11 +10,10 @@
 -- ARGV[#ARGV] the sender's provider (from send_check.lua; '' = no registration)
 -- With an idempotency key, a record of the same request answers with the original result and nothing
 -- is written (a first attempt that landed after its client gave up included); a record of another
--- request is a conflict. Otherwise the recipient's registration, contact policy and cap are checked atomically
--- with the XADD (and the record is written); then the recipient id is published on the wake-up
--- channel (parked long-polls of that agent look again).
--- The recipient's contact policy is checked after its registration and before the cap (so a sender
--- it does not accept learns nothing of its inbox).
+-- request is a conflict. Otherwise the recipient's registration, contact policy and cap are checked
+-- atomically with the XADD (and the record is written); then the recipient id is published on the
+-- wake-up channel (parked long-polls of that agent look again). The policy comes after the
+-- registration and before the cap, so a sender it does not accept learns nothing of the inbox.
 -- Returns {stream entry id, tier label (the wider of sender's and recipient's), nonce, sent_at ms,
 -- repeat (1|0)}. Errors (nothing written): RELAY_UNKNOWN_RECIPIENT, RELAY_NOT_ACCEPTED <tier> <kind>,
 -- RELAY_INBOX_FULL <cap> <depth>, RELAY_IDEMPOTENCY_CONFLICT.
