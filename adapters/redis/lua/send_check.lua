@@ -12,8 +12,8 @@
 -- the status index. Step 2 (send_append.lua, on the recipient's slot) stores the envelope; when it
 -- refuses, send_refund.lua undoes this step.
 -- Returns {sender's tier label, repeat (1|0), sender's provider (send_append.lua's contact policy reads
--- it)}. Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua), RELAY_IDEMPOTENCY_CONFLICT,
--- RELAY_RATE_LIMITED <retry ms>.
+-- it)}. Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
+-- (_session.lua), RELAY_IDEMPOTENCY_CONFLICT, RELAY_RATE_LIMITED <retry ms>.
 local sender = redis.call('HMGET', KEYS[1], 'tier', 'session', 'superseded', 'provider')
 local refused = session_refusal(sender[2], sender[3], ARGV[1])
 if refused then
