@@ -9,7 +9,9 @@ append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopba
 (a) raw: redis-py asyncio without relay, ``XADD`` -> ``XREADGROUP`` -> ``XACK`` per message.
 (b) relay's core through its Python API: ``send`` -> ``fetch`` -> ``ack``, one message at a time and
     batched (16 sends, one fetch with limit 16, one ack of all of them), memory and Redis backends, at
-    concurrency 1 and 16 (each concurrent loop is its own pair of agents, like (a)'s own stream).
+    concurrency 1 and 16 (each concurrent loop is its own pair of agents, like (a)'s own stream); and
+    one at a time on Redis with a contact policy set (each recipient accepts a list of 1,000 ids that
+    names its sender): ``core_ratio_policy`` next to ``core_ratio`` (docs/policy.md).
 (c) relay over MCP HTTP with the official ``mcp`` client against ``relay serve`` workers (one, then two
     sharing the Redis), 1 and 16 agents, clients in their own processes; per message one
     ``SendAgentMessage``, and per 16 messages one ``FetchAgentInbox`` (limit 16) and one
@@ -57,13 +59,23 @@ from typing import Any
 import people  # bench/people.py: `python bench/run.py` puts bench/ first on the path
 from redis.asyncio import Redis, RedisCluster
 
-from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
-from adapters.redis import GROUP, RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.memory import MemoryInboxStore, MemoryPolicyStore, MemoryRegistry, MemoryState
+from adapters.redis import (
+    GROUP,
+    RedisConnection,
+    RedisInboxStore,
+    RedisPolicyStore,
+    RedisRegistry,
+    RedisSettings,
+)
 from adapters.redis.local_cluster import LocalCluster
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.front.tokens import generate_key
+from broker.limits import MAX_POLICY_AGENTS
+from broker.policy import listing
+from broker.ports import IPolicyStore
 from broker.relay import Relay
 
 try:
@@ -213,26 +225,42 @@ async def raw_baseline(
 
 @contextlib.asynccontextmanager
 async def core_relay(backend: str, url: str) -> Any:
+    """A started relay on ``backend`` and the contact-policy store of the same backend."""
+    policies: IPolicyStore
     if backend == "memory":
         state = MemoryState()
         relay = Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state))
+        policies = MemoryPolicyStore(state)
     else:
         connection = RedisConnection(RedisSettings(url=url, prefix=f"bench{secrets.token_hex(3)}"))
         relay = Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection))
+        policies = RedisPolicyStore(connection)
     async with relay:
-        yield relay
+        yield relay, policies
 
 
 async def core_bench(
-    backend: str, batched: bool, url: str, concurrency: int, duration: float, monitor: Redis | list[Redis]
+    backend: str,
+    batched: bool,
+    url: str,
+    concurrency: int,
+    duration: float,
+    monitor: Redis | list[Redis],
+    *,
+    policy: bool = False,
 ) -> Result:
+    """The core loop; with ``policy``, every recipient accepts only a list of ``MAX_POLICY_AGENTS`` ids
+    that names its sender (docs/policy.md), so each send is checked against a full list."""
     address = ClaudeCodeAddress.parse("127.0.0.1:14111")
-    mode = "batched x16" if batched else "one at a time"
-    async with core_relay(backend, url) as relay:
+    mode = "policy, one" if policy else "batched x16" if batched else "one at a time"
+    async with core_relay(backend, url) as (relay, policies):
         pairs = [(f"s{k}", f"r{k}") for k in range(concurrency)]
         for sender, recipient in pairs:
             await relay.register(sender, address, f"sess-{sender}")
             await relay.register(recipient, address, f"sess-{recipient}")
+            if policy:
+                others = (f"x{i}" for i in range(MAX_POLICY_AGENTS - 1))
+                await policies.set(recipient, listing([sender, *others]))
         sent_at: dict[str, float] = {}
         acked: set[str] = set()
         counters = {"sent": 0, "seq": 0}
@@ -301,7 +329,7 @@ async def memory_per_envelope(url: str, count: int, monitor: Redis) -> tuple[flo
 
     address = ClaudeCodeAddress.parse("127.0.0.1:14111")
     text = text_for("memory")
-    async with core_relay("redis", url) as relay:
+    async with core_relay("redis", url) as (relay, _):
         await relay.register("alice", address, "a-1")
         await relay.register("bob", address, "b-1")
         inbox = relay_inbox_key(relay, "bob")
@@ -564,9 +592,10 @@ async def cluster_phases(
             per: dict[str, list[Result]] = {"raw": []}
             for _ in range(rounds):
                 per["raw"].append(await raw_baseline(cluster.url, c, duration, monitors, cluster=True))
-                for batched in (False, True):
-                    r = await core_bench("redis", batched, cluster.url, c, duration, monitors)
-                    per.setdefault("batch" if batched else "one", []).append(r)
+                for batched, policy in ((False, False), (True, False), (False, True)):
+                    r = await core_bench("redis", batched, cluster.url, c, duration, monitors, policy=policy)
+                    key = ("batch" if batched else "one") + ("_policy" if policy else "")
+                    per.setdefault(key, []).append(r)
             for key, rs in per.items():
                 all_rounds += rs
                 m = merged(rs)
@@ -634,14 +663,15 @@ async def bench(args: argparse.Namespace) -> int:
     workers: Workers | None = None
     clients: Clients | None = None
     try:
-        core_configs = [(backend, batched) for backend in ("redis", "memory") for batched in (False, True)]
+        core_configs = [(b, batched, False) for b in ("redis", "memory") for batched in (False, True)]
+        core_configs.append(("redis", False, True))  # core_ratio_policy: the same loop, a policy set
         for c in () if args.skip_core else CONCURRENCIES:
             per: dict[str, list[Result]] = {"raw": []}
             for _ in range(rounds):
                 per["raw"].append(await raw_baseline(server.url, c, duration, monitor))
-                for backend, batched in core_configs:
-                    key = f"{backend}_{'batch' if batched else 'one'}"
-                    r = await core_bench(backend, batched, server.url, c, duration, monitor)
+                for backend, batched, policy in core_configs:
+                    key = f"{backend}_{'batch' if batched else 'one'}{'_policy' if policy else ''}"
+                    r = await core_bench(backend, batched, server.url, c, duration, monitor, policy=policy)
                     per.setdefault(key, []).append(r)
             for key, rs in per.items():
                 all_rounds += rs
@@ -739,8 +769,10 @@ async def bench(args: argparse.Namespace) -> int:
     if not args.skip_core:
         final = {
             "core_ratio": figures.pop("redis_one_c16_ratio"),
+            "core_ratio_policy": figures.pop("redis_one_policy_c16_ratio"),
             "batched_ratio": figures.pop("redis_batch_c16_ratio"),
             "core_c1_ratio": figures.pop("redis_one_c1_ratio"),
+            "core_c1_ratio_policy": figures.pop("redis_one_policy_c1_ratio"),
             "batched_c1_ratio": figures.pop("redis_batch_c1_ratio"),
             "raw_c16_msgs_per_s": round(results["raw_c16"].median_rate),
             "core_c16_msgs_per_s": round(results["redis_one_c16"].median_rate),
@@ -751,6 +783,7 @@ async def bench(args: argparse.Namespace) -> int:
         figures.pop(key)
     if "cluster_one_c16_ratio" in figures:
         final["cluster_core_ratio"] = figures.pop("cluster_one_c16_ratio")
+        final["cluster_core_ratio_policy"] = figures.pop("cluster_one_policy_c16_ratio")
         final["cluster_batched_ratio"] = figures.pop("cluster_batch_c16_ratio")
     if "mcp_ceiling_ratio" in figures:
         final["mcp_ceiling_ratio"] = figures.pop("mcp_ceiling_ratio")

@@ -150,6 +150,32 @@ class SessionNotRegistered(RelayError):
         return {"agent": self.agent, "session": self.session}
 
 
+class NotAccepted(RelayError):
+    """The recipient's contact policy does not accept messages from this sender (docs/policy.md);
+    nothing was stored and the sender's rate token was not spent. ``tier`` is the send's (the widest
+    of both registrations), for the per-tier count."""
+
+    code = "not_accepted"
+
+    def __init__(self, agent: str, sender: str, accept_from: str, tier: str) -> None:
+        super().__init__(
+            f"to: {agent!r} does not accept messages from {sender!r} (its contact policy accepts "
+            f"{_WHOM.get(accept_from, accept_from)}); nothing was sent. Ask {agent!r}'s operator to run "
+            f"`relay policy set {agent} --accept-from ...` to let {sender!r} in, or reach {agent!r} "
+            "another way"
+        )
+        self.agent = agent
+        self.sender = sender
+        self.accept_from = accept_from
+        self.tier = tier
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent, "field": "to", "accept_from": self.accept_from}
+
+
+_WHOM = {"registered": "registered senders only", "list": "the agents its list names only"}
+
+
 class InboxFull(RelayError):
     """The recipient's inbox holds its cap of unacknowledged envelopes; nothing was stored."""
 

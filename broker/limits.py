@@ -41,6 +41,9 @@ MAX_STATUS_IDS = 256
 REQUEUE_LINEAGE = 8
 """Earlier ids a requeued envelope remembers, newest first: its sender's status and threads follow it
 through that many requeues."""
+MAX_POLICY_AGENTS = 1000
+"""Agent ids a contact policy's list names at most (``broker.policy``): the check on every send is one
+hash lookup whatever the size, but the list is stored, shown and audited whole."""
 SWEEP_BATCH = 256
 """The oldest envelopes of each inbox one background sweep looks at."""
 SWEEP_PAGE = 1000

@@ -68,7 +68,15 @@ class RelayMetrics:
             ["tier"],
             registry=self.registry,
         )
+        self.not_accepted = Counter(
+            "csf_relay_sends_not_accepted",
+            "Sends refused by the recipient's contact policy (not_accepted), by the widest tier between "
+            "sender and recipient; nothing was stored and no rate token spent.",
+            ["tier"],
+            registry=self.registry,
+        )
         for tier in Tier:
+            self.not_accepted.labels(tier=tier.label)
             self.dead_lettered.labels(tier=tier.label)
             self.expired.labels(tier=tier.label)
         self._sent = {tier: self.sent.labels(tier=tier.label) for tier in Tier}

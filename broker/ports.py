@@ -18,6 +18,7 @@ from broker.addresses import Address
 from broker.credentials import Credential, CredentialEvent
 from broker.envelope import Tier
 from broker.errors import SessionNotRegistered, SessionSuperseded
+from broker.policy import ContactPolicy, PolicySummary
 
 SUPERSEDED_SESSIONS_KEPT = 32
 """Replaced sessions a registry remembers per agent, to tell ``SessionSuperseded`` (a replaced session)
@@ -220,8 +221,8 @@ class IInboxStore(Protocol):
         options: SendOptions = SendOptions(),
     ) -> Appended:
         """Check the sender (registration, session, idempotency key, rate) and then, atomically with the
-        write, the recipient (idempotency record, registration, inbox cap), and store one envelope in
-        ``to``'s inbox, with ``options.expires_at_ms``.
+        write, the recipient (idempotency record, registration, contact policy, inbox cap), and store
+        one envelope in ``to``'s inbox, with ``options.expires_at_ms``.
 
         The sender's checks come first and nothing is stored when they fail; the recipient's checks
         are atomic with the append. A send refused by the recipient's checks consumes no rate token.
@@ -229,7 +230,8 @@ class IInboxStore(Protocol):
         Raises:
             UnregisteredAgent: the sender is not registered.  SessionSuperseded: ``sender_session`` is
             given and was replaced by the current session.  SessionNotRegistered: ``sender_session``
-            never registered.  UnknownRecipient: ``to`` is not registered.
+            never registered.  UnknownRecipient: ``to`` is not registered.  NotAccepted: ``to``'s
+            contact policy (``IPolicyStore``) does not accept the sender.
             InboxFull: the inbox holds its cap of unacknowledged envelopes.  IdempotencyConflict: the
             key was used for another request.  BackendUnavailable.
             In every case nothing was stored.
@@ -439,6 +441,52 @@ class INoticeStore(Protocol):
             UnregisteredAgent, SessionSuperseded, SessionNotRegistered, TooManyWaits,
             BackendUnavailable; the cursor is unchanged when any is raised.
         """
+        ...
+
+
+class IPolicyStore(Protocol):
+    """Contact policies: whom each recipient accepts messages from (``broker.policy``, docs/policy.md).
+
+    Paired with the inbox store of the same backend, which applies the policy on every send. Semantics
+    every implementation keeps:
+
+    - An agent that never had a policy set has ``DEFAULT_POLICY`` (``open``). A policy may be set for an
+      id that is not registered (yet); it is kept across registrations and survives a restart of the
+      relay process when the backend is durable (Redis).
+    - ``IInboxStore.append`` checks the recipient's policy atomically with the append, after the
+      recipient's registration and before its inbox cap: a send the policy does not accept raises
+      ``NotAccepted`` and stores nothing, uses no rate token and does not use its idempotency key up.
+      A repeat of an accepted send (same idempotency key) is answered as before, whatever the policy
+      says now. Every send is judged by the policy in force when it is appended: once ``set`` returned,
+      no later send is judged by the old one.
+    - The rule (``ContactPolicy.accepts``): ``open`` accepts every registered sender; ``registered``
+      senders with a registration, agents and people (provider ``human``) alike; a list only the ids it
+      names, people included. Sending needs a registration in every case (``UnregisteredAgent``
+      first), whatever the policy.
+    - ``set`` replaces the whole policy at once and answers the one it replaced; a list names
+      1..``MAX_POLICY_AGENTS`` checked ids (``broker.policy.listing`` refuses more, before anything is
+      written).
+    """
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def get(self, agent: str) -> ContactPolicy:
+        """``agent``'s policy (``DEFAULT_POLICY`` when none was set). Raises ``BackendUnavailable``."""
+        ...
+
+    async def set(self, agent: str, policy: ContactPolicy) -> ContactPolicy:
+        """Make ``policy`` ``agent``'s (``DEFAULT_POLICY``: back to ``open``) and answer the previous one.
+
+        Raises:
+            BackendUnavailable: the store did not answer; the policy may or may not have changed.
+        """
+        ...
+
+    async def summaries(self, agents: Sequence[str]) -> list[PolicySummary]:
+        """Each agent's policy kind and list size, in order, with bounded work per agent (no list is
+        read). Raises ``BackendUnavailable``."""
         ...
 
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from broker.addresses import Address
 from broker.contract import RESERVED_FIELDS, Contract
 from broker.envelope import Envelope, Tier, from_ms, now_ms
-from broker.errors import BackendRefused, InvalidArgument, RelayError, RelayNotRunning
+from broker.errors import BackendRefused, InvalidArgument, NotAccepted, RelayError, RelayNotRunning
 from broker.ids import check_agent_id, check_idempotency_key, check_session_id
 from broker.limits import (
     DEFAULT_FETCH_LIMIT,
@@ -223,8 +223,8 @@ class Relay(Generic[Body]):
         (``MIN_TTL_MS`` to ``max_ttl_ms``), the envelope is never handed out after that long.
         Raises:
             ContractViolation, InvalidArgument, UnregisteredAgent, SessionSuperseded, UnknownRecipient,
-            InboxFull, IdempotencyConflict, RateLimited, BackendUnavailable. Nothing is stored when any
-            is raised.
+            NotAccepted (the recipient's contact policy), InboxFull, IdempotencyConflict, RateLimited,
+            BackendUnavailable. Nothing is stored when any is raised.
         """
         self._check_running()
         check_agent_id(sender, "from")
@@ -253,6 +253,8 @@ class Relay(Generic[Body]):
             )
         except RelayError as exc:
             self.metrics.refused.labels(code=exc.code).inc()
+            if isinstance(exc, NotAccepted):
+                self.metrics.not_accepted.labels(tier=exc.tier).inc()
             raise
         if not appended.repeated:
             self.metrics.count_sent(appended.tier)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from adapters.redis import RedisConnection
 from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.operator_view import RedisOperatorView
+from adapters.redis.policy import RedisPolicyStore
 from adapters.redis.spent import RedisSpentTokens
 from broker.addresses import Address, HumanAddress
 from broker.agent_message import AgentMessage
@@ -34,5 +35,5 @@ def build(relay: Relay[AgentMessage], connection: RedisConnection, keyring: KeyR
         access=OperatorAccess(keyring, RedisSpentTokens(connection)),
         human=human_address,
         traffic=Traffic(relay.metrics),
-        overview=Overview(view),
+        overview=Overview(view, policies=RedisPolicyStore(connection)),
     )

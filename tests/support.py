@@ -38,17 +38,10 @@ def unique_prefix() -> str:
 
 @contextlib.asynccontextmanager
 async def memory_relays(
-    contract: Contract[B], count: int, limits: Limits = Limits()
+    contract: Contract[B], count: int, limits: Limits = Limits(), *, state: MemoryState | None = None
 ) -> AsyncIterator[list[Relay[B]]]:
-    state = MemoryState(
-        inbox_cap=limits.inbox_cap,
-        send_rate=limits.send_rate,
-        send_burst=limits.send_burst,
-        max_waits_per_agent=limits.max_waits_per_agent,
-        max_waits=limits.max_waits,
-        max_deliveries=limits.max_deliveries,
-        clock=limits.clock or now_ms,
-    )
+    """``count`` started relays on one ``MemoryState`` (``state``, or a new one built with ``limits``)."""
+    state = state or memory_state(limits)
     relays = [
         Relay(
             contract,
@@ -64,6 +57,18 @@ async def memory_relays(
         for relay in relays:
             await stack.enter_async_context(relay)
         yield relays
+
+
+def memory_state(limits: Limits = Limits()) -> MemoryState:
+    return MemoryState(
+        inbox_cap=limits.inbox_cap,
+        send_rate=limits.send_rate,
+        send_burst=limits.send_burst,
+        max_waits_per_agent=limits.max_waits_per_agent,
+        max_waits=limits.max_waits,
+        max_deliveries=limits.max_deliveries,
+        clock=limits.clock or now_ms,
+    )
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
+from adapters.memory import MemoryInboxStore, MemoryPolicyStore, MemoryRegistry, MemoryState
 from adapters.memory.delivery import MemoryDeliveryQueue
 from adapters.memory.operator_view import MemoryOperatorView
 from adapters.memory.spent import MemorySpentTokens
@@ -25,6 +25,7 @@ from broker.front.ui.access import SESSION_TTL, AccessDenied, OperatorAccess
 from broker.front.ui.api import Dashboard
 from broker.front.ui.snapshot import Overview
 from broker.front.ui.traffic import Traffic
+from broker.policy import REGISTERED, ContactPolicy, listing
 from broker.relay import Relay
 from tests.front_support import serve_app
 from tests.processes import run_relay
@@ -118,7 +119,7 @@ async def dashboard_front() -> AsyncIterator[tuple[httpx2.AsyncClient, Relay[Any
         access=access,
         human=lambda _: HumanAddress.parse("dashboard"),
         traffic=Traffic(relay.metrics),
-        overview=Overview(view, max_age=0),
+        overview=Overview(view, max_age=0, policies=MemoryPolicyStore(state)),
     )
     async with relay:
         for agent in ("alice", "bob"):
@@ -259,3 +260,23 @@ async def test_the_dashboard_is_served_on_a_loopback_listener_with_a_key_only(tm
         base_app = create_app(relay, keyring=None)
         async with serve_app(base_app) as base, httpx2.AsyncClient(base_url=base) as http:
             assert (await http.get("/ui/")).status_code == 404
+
+
+async def test_the_agents_page_shows_each_policy_and_a_refused_send_says_why() -> None:
+    async with dashboard_front() as (http, relay, state):
+        await MemoryPolicyStore(state).set("bob", listing(["alice"]))
+        await MemoryPolicyStore(state).set("alice", ContactPolicy(REGISTERED))
+        rows = {a["agent"]: a for a in (await http.get("/ui/api/agents")).json()["agents"]}
+        assert (rows["alice"]["policy"], rows["bob"]["policy"]) == ("registered", "list (1)")
+        error = refused(
+            await http.post("/ui/api/send", json={"from": "dana", "to": "bob", "kind": "note", "text": "x"}),
+            403,
+            "not_accepted",
+        )
+        assert error["field"] == "to" and "relay policy set bob" in error["message"]
+        assert all(not inbox.entries for inbox in state.inboxes.values())
+        assert await relay.registration("dana") is None  # a refused first send registers nobody
+        counted = relay.metrics.registry.get_sample_value
+        assert counted("csf_relay_sends_not_accepted_total", {"tier": "host"}) == 1
+        ordered = (await http.get("/ui/api/agents", params={"sort": "policy"})).json()["agents"]
+        assert [a["policy"] for a in ordered] == ["list (1)", "registered"]

@@ -24,7 +24,7 @@ import httpx2
 import pytest
 import redis
 
-from adapters.redis import RedisConnection, RedisSettings
+from adapters.redis import RedisConnection, RedisPolicyStore, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
@@ -33,6 +33,7 @@ from broker.envelope import now_ms
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from broker.limits import MIN_TTL_MS
+from broker.policy import listing
 from broker.testing.base import Limits
 from broker.testing.polling import wait_until
 from tests.processes import ServeProcess, dashboard_login_url, run_relay
@@ -79,8 +80,8 @@ class Running:
 
 
 async def _seed(url: str) -> Seeded:
-    """alice and bob talk (a three-message thread), builder has a backlog, mallory sends XSS to bob,
-    and worker has one dead letter."""
+    """alice and bob talk (a three-message thread), builder has a backlog (and accepts alice and carol
+    only), mallory sends XSS to bob, and worker has one dead letter."""
     async with redis_relays(CONTRACT, url, 1, prefix="relay") as (relay,):
         for agent in ("alice", "bob", "builder", "carol", "mallory", "worker"):
             await relay.register(agent, HOST, f"{agent}-1")
@@ -97,6 +98,7 @@ async def _seed(url: str) -> Seeded:
         xss = await send("mallory", "bob", "note", XSS_TEXT)
         doomed = await send("carol", "worker", "request", "this one fails delivery")
     connection = RedisConnection(RedisSettings(url=url))
+    await RedisPolicyStore(connection).set("builder", listing(["alice", "carol"]))
     queue = RedisDeliveryQueue(connection)
     await queue.open()
     try:
@@ -219,6 +221,9 @@ def test_agents_overview_shows_backlog_and_sorts(page: Any) -> None:
     depth = page.locator("tr[data-agent='builder'] td[data-col='depth']")
     assert depth.text_content() == str(BACKLOG)
     assert "warn" in (depth.get_attribute("class") or "")
+    # each agent's contact policy (docs/policy.md): builder takes mail from alice and carol only
+    assert page.text_content("tr[data-agent='builder'] td[data-col='policy']") == "list (2)"
+    assert page.text_content("tr[data-agent='alice'] td[data-col='policy']") == "open"
 
     # (wait_for_function evaluates a string, which the page's CSP forbids: poll from here instead)
     def first() -> str:

@@ -13,6 +13,7 @@ from broker.envelope import Tier, now_ms, widest
 from broker.errors import (
     IdempotencyConflict,
     InboxFull,
+    NotAccepted,
     RateLimited,
     UnknownRecipient,
 )
@@ -64,6 +65,10 @@ class MemoryInboxStore(MemoryStore):
         target = self.state.registrations.get(to)
         if target is None:
             raise UnknownRecipient(to)
+        tier = widest(origin.tier, target.tier)
+        policy = state.policies.get(to)
+        if policy is not None and not policy.accepts(sender, origin.provider):
+            raise NotAccepted(to, sender, policy.accept_from, tier.label)
         inbox = self.state.inboxes.setdefault(to, MemoryInbox())
         cap = self.state.inbox_cap
         if cap and (depth := inbox.unacknowledged()) >= cap:
@@ -72,7 +77,6 @@ class MemoryInboxStore(MemoryStore):
         ms, seq = inbox.last
         position = (sent_at_ms, 0) if sent_at_ms > ms else (ms, seq + 1)
         inbox.last = position
-        tier = widest(origin.tier, target.tier)
         entry = MemoryEntry(
             position, new_nonce(), sender, tier, sent_at_ms, dict(fields), expires_at_ms=options.expires_at_ms
         )

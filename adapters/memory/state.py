@@ -15,6 +15,7 @@ from broker.envelope import Tier, from_ms, now_ms
 from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
 from broker.ids import encode_envelope_id
 from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
+from broker.policy import ContactPolicy
 from broker.ports import Appended, Registration, StoredEnvelope
 
 
@@ -112,6 +113,8 @@ class MemoryState:
     """The notifier of each agent: holder and monotonic deadline."""
     seen: dict[str, int] = field(default_factory=dict)
     """Per agent, its last registration, fetch or acknowledgement (ms)."""
+    policies: dict[str, ContactPolicy] = field(default_factory=dict)
+    """Per recipient, its contact policy when one was set (``adapters/memory/policy.py``)."""
     followers: set[asyncio.Queue[tuple[str, MemoryEntry]]] = field(default_factory=set)
     """Queues of ``MemoryOperatorView.follow`` calls: every appended entry, with its inbox's agent."""
 

@@ -4,6 +4,7 @@ from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.inbox import RedisInboxStore
 from adapters.redis.keys import GROUP, Keys
 from adapters.redis.notice import RedisNoticeStore
+from adapters.redis.policy import RedisPolicyStore
 from adapters.redis.registry import RedisRegistry
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "RedisConnection",
     "RedisInboxStore",
     "RedisNoticeStore",
+    "RedisPolicyStore",
     "RedisRegistry",
     "RedisSettings",
 ]

@@ -4,9 +4,9 @@ Every script call touches one agent's keys (one hash slot), so the store runs on
 cluster alike (docs/redis-layout.md):
 
 - send: ``send_check`` on the sender's slot (registration, session, idempotency claim, rate token,
-  status index; returns its tier), then ``send_append`` on the recipient's slot (idempotency record,
-  registration, cap, ``XADD``, wake-up). When step 2 refuses, ``send_refund`` undoes step 1, so a
-  refused send leaves nothing behind.
+  status index; returns its tier and provider), then ``send_append`` on the recipient's slot
+  (idempotency record, registration, contact policy, cap, ``XADD``, wake-up). When step 2 refuses,
+  ``send_refund`` undoes step 1, so a refused send leaves nothing behind.
 - fetch and acknowledge: one script each on the agent's slot; fetch moves expired and too often
   delivered envelopes to the dead letters on the way.
 - status: ``status_index`` on the sender's slot (which ids it sent, to whom), then ``status`` on each
@@ -33,6 +33,7 @@ from broker.errors import (
     BackendRefused,
     IdempotencyConflict,
     InboxFull,
+    NotAccepted,
     RateLimited,
     RelayError,
     SessionNotRegistered,
@@ -102,6 +103,7 @@ class RedisInboxStore:
         if key is not None:
             check_keys.append(keys.idempotency_claim(sender, key))
             append_keys.append(keys.idempotency_record(to, sender, key))
+        append_keys.append(keys.policy(to))
         index_until = retained_until(day, settings.status_retention_ms)
         window = settings.idempotency_window_ms
         check_args: list[str | int] = [
@@ -115,6 +117,7 @@ class RedisInboxStore:
         append_args += (keys.wake_channel(), to, expires, request, window, sent_at_ms)
         for name, value in fields.items():
             append_args += (name, value)
+        append_args.append("")  # the sender's provider, which step 1 fills in
         try:
             if connection.single_node:
                 # one Redis: both steps in one script call built from the same sources, one round trip
@@ -147,8 +150,10 @@ class RedisInboxStore:
         """A send on a cluster: step 1 on the sender's slot, step 2 on the recipient's, and the undo
         (or the status note) on the sender's slot again (see docs/redis-layout.md)."""
         connection, scripts, settings = self.connection, self.connection.scripts, self.connection.settings
-        tier, repeated = await connection.script(scripts.send_check, check_keys, check_args, idempotent=False)
-        append_args[1] = tier
+        tier, repeated, provider = await connection.script(
+            scripts.send_check, check_keys, check_args, idempotent=False
+        )
+        append_args[1], append_args[-1] = tier, provider
         try:
             reply: list[object] = await connection.script(
                 scripts.send_append, append_keys, append_args, idempotent=False, durable=True
@@ -339,6 +344,9 @@ def _refusal(
         return SessionNotRegistered(agent, session or "")
     if text.startswith("RELAY_UNKNOWN_RECIPIENT"):
         return UnknownRecipient(to)
+    if text.startswith("RELAY_NOT_ACCEPTED"):
+        _, tier, accept_from = text.split()[:3]
+        return NotAccepted(to, agent, accept_from, tier)
     if text.startswith("RELAY_INBOX_FULL"):
         _, cap, depth = text.split()[:3]
         return InboxFull(to, int(cap), int(depth))

@@ -72,6 +72,13 @@ class Keys:
         ``max_deliveries``); read by ``relay inspect`` and the gauges."""
         return f"{self.prefix}:counts:{{{agent}}}"
 
+    def policy(self, agent: str) -> str:
+        """Hash on the recipient's slot: its contact policy (``broker.policy``), absent for ``open``.
+        ``=accept_from`` is ``registered`` or ``list``; ``=listed`` the number of ids of a list, and
+        each listed agent id is a field (value ``1``). An agent id never starts with ``=``, so the two
+        never collide. ``send_append.lua`` reads it atomically with the append."""
+        return f"{self.prefix}:policy:{{{agent}}}"
+
     def spent_token(self, digest: str) -> str:
         """String (with expiry): a single-use token (a dashboard login URL) was spent; ``digest`` is the
         hex SHA-256 of the token's id."""

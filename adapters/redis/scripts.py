@@ -145,3 +145,4 @@ class Scripts:
         self.webhook_release = Script.named("webhook_release")
         self.peek = Script.named("peek")
         self.notice = Script.named("notice")
+        self.policy_set = Script.named("policy_set")

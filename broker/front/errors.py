@@ -13,6 +13,7 @@ from broker.errors import (
     BackendUnavailable,
     InternalError,
     InvalidArgument,
+    NotAccepted,
     RateLimited,
     RelayError,
     RelayNotRunning,
@@ -36,6 +37,7 @@ def tool_error(error: RelayError) -> CallToolResult:
 _STATUS: dict[type[RelayError], int] = {
     InvalidArgument: 400,
     UnregisteredAgent: 404,
+    NotAccepted: 403,
     SessionSuperseded: 409,
     SessionNotRegistered: 409,
     TooManyWaits: 429,

@@ -5,10 +5,11 @@ the key file), so it gets every check an agent's send gets: the contract, the re
 cap, the rate limit, ``--ttl`` and ``--idempotency-key`` (the tool's ``ttl_ms`` and
 ``idempotency_key``, with their limits). First the two registrations are read from Redis, as the
 dashboard's compose does: an unregistered recipient is refused before anything is written, an id an
-agent registered (any provider but ``human``) is refused, never spoken for, and a ``--from`` id not
-registered yet is registered as a person (provider ``human``, host tier, endpoint: the login name,
-session ``HUMAN_SESSION``), so agents can answer it. People are registered only here and by the
-dashboard: the agent endpoint refuses provider ``human``.
+agent registered (any provider but ``human``) is refused, never spoken for, a ``--from`` id not
+registered yet whom the recipient's contact policy does not accept is refused (``not_accepted``,
+docs/policy.md) without being registered, and any other is registered as a person (provider
+``human``, host tier, endpoint: the login name, session ``HUMAN_SESSION``), so agents can answer it.
+People are registered only here and by the dashboard: the agent endpoint refuses provider ``human``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from adapters.redis.policy import RedisPolicyStore
 from adapters.redis.registry import RedisRegistry
 from broker.addresses import HUMAN_SESSION, HumanAddress
-from broker.errors import InvalidArgument, RelayError
+from broker.errors import InvalidArgument, NotAccepted, RelayError
 from broker.ids import check_agent_id, check_idempotency_key, is_envelope_id
 from broker.limits import MAX_TTL_MS, MIN_TTL_MS
 from broker.text import escaped
@@ -135,6 +137,12 @@ async def _person(settings: ShellSettings, sender: str, to: str) -> tuple[str, b
             )
         current = await registry.get(sender)
         if current is None:
+            # a first send the recipient's policy refuses registers nobody (the worker's check, made
+            # atomically with the append, is the one that counts for every later send)
+            policy = await RedisPolicyStore(view.connection).get(to)
+            if not policy.accepts(sender, HumanAddress.provider):
+                refused = NotAccepted(to, sender, policy.accept_from, "host")
+                return Refused(200, refused.code, f"{refused.message} ({sender} was not registered)")
             endpoint = _label()
             await registry.register(sender, HumanAddress.parse(endpoint), HUMAN_SESSION)
             print(f"registered {sender} as a person (provider human, endpoint {endpoint})", file=sys.stderr)

@@ -3,8 +3,8 @@
 -- send_check, send_append, send_refund and send_note become local functions of this script, so a send
 -- means the same in one call as in two, and nothing at all is written when it is refused.
 -- KEYS: send_check's keys, then send_append's   ARGV[1] how many KEYS are send_check's
--- ARGV[2] how many ARGV follow for send_check (then send_append's, with '' as the sender tier, which
--- step 1 fills in)
+-- ARGV[2] how many ARGV follow for send_check (then send_append's, with '' as the sender tier and
+-- the sender's provider, which step 1 fills in)
 -- Returns send_append's reply. Errors: those of send_check and send_append.
 local nk, na = tonumber(ARGV[1]), tonumber(ARGV[2])
 local check_keys, append_keys, check_args, append_args = {}, {}, {}, {}
@@ -19,6 +19,7 @@ if checked.err then
   return checked
 end
 append_args[2] = checked[1]
+append_args[#append_args] = checked[3]
 local appended = send_append(append_keys, append_args)
 local claimed = check_args[4] ~= ''
 if appended.err then

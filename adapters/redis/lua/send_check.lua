@@ -11,10 +11,10 @@
 -- answers it from its record). Otherwise claims the key, takes one rate token and notes the nonce in
 -- the status index. Step 2 (send_append.lua, on the recipient's slot) stores the envelope; when it
 -- refuses, send_refund.lua undoes this step.
--- Returns {sender's tier label, repeat (1|0)}. Errors (nothing written): RELAY_UNREGISTERED,
--- RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua), RELAY_IDEMPOTENCY_CONFLICT,
--- RELAY_RATE_LIMITED <retry ms>.
-local sender = redis.call('HMGET', KEYS[1], 'tier', 'session', 'superseded')
+-- Returns {sender's tier label, repeat (1|0), sender's provider (send_append.lua's contact policy reads
+-- it)}. Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
+-- (_session.lua), RELAY_IDEMPOTENCY_CONFLICT, RELAY_RATE_LIMITED <retry ms>.
+local sender = redis.call('HMGET', KEYS[1], 'tier', 'session', 'superseded', 'provider')
 local refused = session_refusal(sender[2], sender[3], ARGV[1])
 if refused then
   return refused
@@ -25,7 +25,7 @@ if ARGV[4] ~= '' then
     if claimed ~= ARGV[4] then
       return redis.error_reply('RELAY_IDEMPOTENCY_CONFLICT')
     end
-    return {sender[1], 1}
+    return {sender[1], 1, sender[4] or ''}
   end
 end
 local rate = tonumber(ARGV[2])
@@ -50,4 +50,4 @@ if ARGV[8] ~= '0' then
   redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
   redis.call('PEXPIREAT', KEYS[3], ARGV[8])
 end
-return {sender[1], 0}
+return {sender[1], 0, sender[4] or ''}

@@ -22,14 +22,21 @@ from starlette.routing import Route
 from broker.addresses import HUMAN_SESSION, Address
 from broker.agent_message import AgentMessage
 from broker.delivery import DeadLetter
-from broker.envelope import format_ms
-from broker.errors import InternalError, InvalidArgument, RelayError, UnknownRecipient, error_body
+from broker.envelope import format_ms, widest
+from broker.errors import (
+    InternalError,
+    InvalidArgument,
+    NotAccepted,
+    RelayError,
+    UnknownRecipient,
+    error_body,
+)
 from broker.front.ui.access import OperatorAccess, Session
 from broker.front.ui.snapshot import Overview
 from broker.front.ui.traffic import Traffic
 from broker.ids import check_agent_id, check_session_id, is_envelope_id
 from broker.limits import MAX_ACK_IDS
-from broker.ports import IOperatorView, StoredEnvelope
+from broker.ports import IOperatorView, Registration, StoredEnvelope
 from broker.relay import Relay
 from broker.text import failure
 from broker.threads import IN_REPLY_TO
@@ -48,6 +55,7 @@ STATUS: Final[dict[str, int]] = {
     "invalid_address": 400,
     "contract_violation": 400,
     "unknown_recipient": 404,
+    "not_accepted": 403,
     "unregistered_agent": 409,
     "session_superseded": 409,
     "inbox_full": 429,
@@ -313,13 +321,17 @@ class _Views:
                 message[optional] = None  # an empty form field means "none"
         body = relay.contract.from_json(message)
         relay.contract.validate(body)
-        if await relay.registration(to) is None:
+        recipient = await relay.registration(to)
+        if recipient is None:
             raise UnknownRecipient(to)
         registered, session = False, HUMAN_SESSION
         current = await relay.registration(sender)
         if current is None:
-            # A person's first send: their id becomes a human-provider agent so agents can answer it.
+            # A person's first send: their id becomes a human-provider agent so agents can answer it,
+            # unless the recipient's policy refuses them (then nobody is registered; every later send
+            # is checked atomically with its append)
             address = self.d.human(sender)
+            await self._accepted(sender, address.provider, to, recipient)
             await relay.register(sender, address, check_session_id(HUMAN_SESSION))
             registered = True
         elif current.provider != self.d.human(sender).provider:
@@ -340,6 +352,19 @@ class _Views:
             "sent_at": format_ms(int(envelope.sent_at.timestamp() * 1000)),
             "registered_sender": registered,
         }
+
+    async def _accepted(self, sender: str, provider: str, to: str, recipient: Registration) -> None:
+        """Refuse (``NotAccepted``, counted like the relay's) a sender ``to``'s policy does not accept."""
+        policies = self.d.overview.policies
+        if policies is None:
+            return
+        policy = await policies.get(to)
+        if not policy.accepts(sender, provider):
+            tier = widest(self.d.human(sender).tier, recipient.tier).label
+            metrics = self.d.relay.metrics
+            metrics.refused.labels(code=NotAccepted.code).inc()
+            metrics.not_accepted.labels(tier=tier).inc()
+            raise NotAccepted(to, sender, policy.accept_from, tier)
 
     async def traffic(self, request: Request, caller: Caller) -> object:
         return self.d.traffic.series()

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from broker.ports import AgentOverview, IOperatorView
+from broker.policy import PolicySummary
+from broker.ports import AgentOverview, IOperatorView, IPolicyStore
 
 DEFAULT_MAX_AGE: Final = 1.0
 MAX_AGENTS: Final = 20_000
@@ -37,7 +38,7 @@ class Snapshot:
     read_at: float
 
 
-def _row(agent: AgentOverview, now_ms: int) -> dict[str, object]:
+def _row(agent: AgentOverview, now_ms: int, policy: PolicySummary) -> dict[str, object]:
     def age(ms: int | None) -> float | None:
         return None if ms is None else max(0.0, (now_ms - ms) / 1000)
 
@@ -51,6 +52,7 @@ def _row(agent: AgentOverview, now_ms: int) -> dict[str, object]:
         "oldest": age(agent.oldest_unacked_ms),
         "dead": agent.dead_letters,
         "last_seen": age(agent.last_seen_ms),
+        "policy": policy.label,
     }
 
 
@@ -66,13 +68,30 @@ def _sort_key(name: str) -> Callable[[dict[str, object]], tuple[bool, object]]:
 
 SORT_KEYS: Final = {
     name: _sort_key(name)
-    for name in ("agent", "provider", "tier", "session", "depth", "pending", "oldest", "dead", "last_seen")
+    for name in (
+        "agent",
+        "provider",
+        "tier",
+        "session",
+        "depth",
+        "pending",
+        "oldest",
+        "dead",
+        "last_seen",
+        "policy",
+    )
 }
 
 
 class Overview:
-    def __init__(self, view: IOperatorView, max_age: float = DEFAULT_MAX_AGE) -> None:
+    """``policies``: where each agent's contact policy is read (one summary per agent, no list), for
+    the ``policy`` column; without it every agent reads ``open``."""
+
+    def __init__(
+        self, view: IOperatorView, max_age: float = DEFAULT_MAX_AGE, *, policies: IPolicyStore | None = None
+    ) -> None:
         self.view = view
+        self.policies = policies
         self.max_age = max_age
         self._snapshot: Snapshot | None = None
         self._lock = asyncio.Lock()
@@ -88,7 +107,13 @@ class Overview:
             while len(rows) < MAX_AGENTS:
                 page = await self.view.agents(limit=PAGE, after=after)
                 total, now_ms = max(total, page.total), page.now_ms
-                rows.extend(_row(agent, page.now_ms) for agent in page.agents if agent.registered)
+                shown = [agent for agent in page.agents if agent.registered]
+                policies = (
+                    await self.policies.summaries([a.agent for a in shown])
+                    if self.policies is not None
+                    else [PolicySummary()] * len(shown)
+                )
+                rows.extend(_row(a, page.now_ms, p) for a, p in zip(shown, policies, strict=True))
                 if len(page.agents) < PAGE:
                     break
                 after = page.agents[-1].agent

@@ -127,7 +127,7 @@
     const columns = [
       ["agent", "Agent"], ["provider", "Provider"], ["tier", "Tier"], ["session", "Session"],
       ["depth", "Inbox", true], ["pending", "Pending", true], ["oldest", "Oldest unacked", true],
-      ["dead", "Dead letters", true], ["last_seen", "Last seen", true],
+      ["dead", "Dead letters", true], ["last_seen", "Last seen", true], ["policy", "Accepts from"],
     ];
     const summary = el("div", { class: "summary" });
     const search = el("input", { type: "search", placeholder: "agent id starts with…", value: agentsState.q, "aria-label": "filter" });
@@ -175,7 +175,8 @@
         el("td", { class: "num" }, a.pending),
         el("td", { class: "num " + level(a.oldest, t.oldest), "data-col": "oldest" }, age(a.oldest)),
         el("td", { class: "num" + (a.dead > 0 ? " warn" : "") }, a.dead),
-        el("td", { class: "num muted" }, a.last_seen === null ? "-" : age(a.last_seen) + " ago"))));
+        el("td", { class: "num muted" }, a.last_seen === null ? "-" : age(a.last_seen) + " ago"),
+        el("td", { "data-col": "policy", title: "relay policy show " + a.agent }, a.policy))));
       const last = Math.min(data.offset + data.limit, data.matched);
       pager.textContent = data.matched ? (data.offset + 1) + "–" + last + " of " + data.matched : "no agents";
       prev.disabled = data.offset === 0;
@@ -202,7 +203,8 @@
       facts.replaceChildren(...(o ? [
         el("div", {}, el("b", {}, o.depth), "queued"), el("div", {}, el("b", {}, o.pending), "pending"),
         el("div", {}, el("b", {}, age(o.oldest)), "oldest"), el("div", {}, el("b", {}, o.dead), "dead letters"),
-        el("div", {}, el("b", {}, o.provider || "-"), "provider")] : [el("div", {}, "not registered")]));
+        el("div", {}, el("b", {}, o.provider || "-"), "provider"),
+        el("div", {}, el("b", {}, o.policy), "accepts from")] : [el("div", {}, "not registered")]));
       body.replaceChildren(...loaded.map((e) => envelopeRow(e, false)));
       more.hidden = !data.more;
     }
