@@ -117,7 +117,14 @@ async def until_done(tasks: list[asyncio.Task[None]], agents: list[Agent]) -> No
         if now != progress:
             progress, last = now, time.monotonic()
         elif time.monotonic() - last >= STALL_SECONDS:
-            raise AssertionError(f"stalled: no send or acknowledgement for {STALL_SECONDS} s at {now}")
+            behind = {
+                a.name: (len(a.sent), len(a.acknowledged)) for a in agents if len(a.acknowledged) < MESSAGES
+            }
+            errors = sum((a.errors for a in agents), Counter())
+            raise AssertionError(
+                f"stalled: no send or acknowledgement for {STALL_SECONDS} s; (sent, acknowledged) of the"
+                f" agents not done: {behind}; errors: {dict(errors)}"
+            )
     raise AssertionError("not done within a million rounds")
 
 
