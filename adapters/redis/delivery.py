@@ -20,12 +20,11 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import dead_letter, entry_id, envelope_id, rows
-from adapters.redis.errors import store_error
+from adapters.redis.errors import Refused, refusal, store_error
 from adapters.redis.inbox import RedisInboxStore, outcome_hash
 from adapters.redis.keys import GROUP
 from broker.delivery import DeadLetter
 from broker.envelope import format_time, from_ms, now_ms
-from broker.errors import UnregisteredAgent
 from broker.ids import is_envelope_id, new_nonce
 from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, StoredEnvelope
@@ -92,9 +91,7 @@ class RedisDeliveryQueue:
             call.add_done_callback(lambda done: self._hand_back(agent, consumer, done))
             raise
         except ResponseError as exc:
-            if str(exc).startswith("RELAY_UNREGISTERED"):
-                raise UnregisteredAgent(agent) from exc
-            raise store_error(exc) from exc
+            raise refusal(exc, Refused(agent)) from exc
         return rows(agent, reply)
 
     def _hand_back(self, agent: str, consumer: str, done: asyncio.Future[Any]) -> None:

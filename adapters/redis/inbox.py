@@ -27,19 +27,11 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import entry_id, envelope_id, rows, tier_of
+from adapters.redis.errors import Refused, refusal
 from adapters.redis.keys import GROUP
+from adapters.redis.protocol import SendAppended, SendCall, SendChecked, send_call, with_refund, with_tier
 from broker.envelope import Tier, format_ms, now_ms
-from broker.errors import (
-    BackendRefused,
-    IdempotencyConflict,
-    InboxFull,
-    RateLimited,
-    RelayError,
-    SessionNotRegistered,
-    SessionSuperseded,
-    UnknownRecipient,
-    UnregisteredAgent,
-)
+from broker.errors import RelayError
 from broker.ids import decode_envelope_id, new_nonce
 from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, Appended, Fetched, MessageStatus, SendOptions
@@ -92,86 +84,62 @@ class RedisInboxStore:
         sender_session: str | None = None,
         options: SendOptions = _NO_OPTIONS,
     ) -> Appended:
-        connection, keys = self.connection, self.keys
-        settings = connection.settings
-        nonce = new_nonce()
+        connection = self.connection
         day = sent_at_ms // DAY_MS
-        key, request = options.idempotency_key, options.request_hash or ""
-        check_keys = [keys.registration(sender), keys.rate(sender), keys.sent_index(sender, day)]
-        append_keys = [keys.registration(to), keys.inbox(to)]
-        if key is not None:
-            check_keys.append(keys.idempotency_claim(sender, key))
-            append_keys.append(keys.idempotency_record(to, sender, key))
-        index_until = retained_until(day, settings.status_retention_ms)
-        window = settings.idempotency_window_ms
-        check_args: list[str | int] = [
-            sender_session or "",
-            repr(float(settings.send_rate)),
-            settings.send_burst,
-        ]
-        check_args += (request, window, nonce, f"{to} {sent_at_ms}", index_until)
-        expires = str(options.expires_at_ms) if options.expires_at_ms is not None else ""
-        append_args: list[str | int] = [sender, "", format_ms(sent_at_ms), nonce, settings.inbox_cap, GROUP]
-        append_args += (keys.wake_channel(), to, expires, request, window, sent_at_ms)
-        for name, value in fields.items():
-            append_args += (name, value)
+        call = send_call(
+            self.keys,
+            connection.settings,
+            sender,
+            to,
+            fields,
+            sent_at_ms=sent_at_ms,
+            session=sender_session,
+            options=options,
+            nonce=new_nonce(),
+            day=day,
+            index_until=retained_until(day, connection.settings.status_retention_ms),
+        )
         try:
             if connection.single_node:
-                # one Redis: both steps in one script call built from the same sources, one round trip
-                reply = await connection.script(
-                    connection.scripts.send,
-                    check_keys + append_keys,
-                    [len(check_keys), len(check_args), *check_args, *append_args],
-                    idempotent=False,
-                    durable=True,
+                # one Redis: all steps in one script call built from the same sources, one round trip
+                one = call.combined()
+                reply = SendAppended.read(
+                    await connection.script(
+                        connection.scripts.send, one.keys, one.args, idempotent=False, durable=True
+                    )
                 )
             else:
-                reply = await self._two_steps(check_keys, check_args, append_keys, append_args)
+                reply = await self._two_steps(call)
         except ResponseError as exc:
-            raise _refusal(exc, sender, sender_session, to, key) from exc
-        stream_id, tier, landed_nonce, sent_ms, landed_before = reply
+            who = Refused(sender, sender_session, to, options.idempotency_key)
+            raise refusal(exc, who) from exc
         return Appended(
-            envelope_id(str(stream_id), str(landed_nonce)),
-            tier_of(str(tier)),
-            int(sent_ms),
-            bool(int(landed_before)),
+            envelope_id(reply.stream_id, reply.nonce), tier_of(reply.tier), reply.sent_at_ms, reply.repeat
         )
 
-    async def _two_steps(
-        self,
-        check_keys: list[str],
-        check_args: list[str | int],
-        append_keys: list[str],
-        append_args: list[str | int],
-    ) -> list[object]:
+    async def _two_steps(self, call: SendCall) -> SendAppended:
         """A send on a cluster: step 1 on the sender's slot, step 2 on the recipient's, and the undo
         (or the status note) on the sender's slot again (see docs/redis-layout.md)."""
-        connection, scripts, settings = self.connection, self.connection.scripts, self.connection.settings
-        tier, repeated = await connection.script(scripts.send_check, check_keys, check_args, idempotent=False)
-        append_args[1] = tier
+        connection, scripts = self.connection, self.connection.scripts
+        check = call.check
+        checked = SendChecked.read(
+            await connection.script(scripts.send_check, check.keys, check.args, idempotent=False)
+        )
+        append = with_tier(call.append, checked.tier)
         try:
-            reply: list[object] = await connection.script(
-                scripts.send_append, append_keys, append_args, idempotent=False, durable=True
+            reply = SendAppended.read(
+                await connection.script(
+                    scripts.send_append, append.keys, append.args, idempotent=False, durable=True
+                )
             )
         except ResponseError:
             with contextlib.suppress(RelayError):  # not undone: one token less, never one more
-                burst = settings.send_burst if settings.send_rate > 0 and not int(repeated) else 0
-                claimed = len(check_keys) > 3
-                await connection.script(
-                    scripts.send_refund,
-                    [check_keys[1], check_keys[2], *check_keys[3:]],
-                    [burst, check_args[5], 1 if claimed else 0],
-                    idempotent=False,
-                )
+                refund = with_refund(call.refund, checked.refund_burst)
+                await connection.script(scripts.send_refund, refund.keys, refund.args, idempotent=False)
             raise
-        if int(repeated) and not int(str(reply[4])) and check_args[7]:
+        if checked.repeat and not reply.repeat and call.note is not None:
             # the first attempt claimed the key but never landed: this one did, so note it for status
-            await connection.script(
-                scripts.send_note,
-                [check_keys[2]],
-                [str(reply[2]), check_args[6], check_args[7]],
-                idempotent=True,
-            )
+            await connection.script(scripts.send_note, call.note.keys, call.note.args, idempotent=True)
         return reply
 
     async def fetch(
@@ -209,7 +177,7 @@ class RedisInboxStore:
                 idempotent=True,
             )
         except ResponseError as exc:
-            raise _refusal(exc, agent, session, agent) from exc
+            raise refusal(exc, Refused(agent, session, agent)) from exc
         return Fetched(rows(agent, reply), _dropped(dropped))
 
     async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
@@ -224,7 +192,7 @@ class RedisInboxStore:
                 idempotent=True,
             )
         except ResponseError as exc:
-            raise _refusal(exc, agent, None, agent) from exc
+            raise refusal(exc, Refused(agent, None, agent)) from exc
         return list(_dropped(dropped))
 
     async def status(
@@ -249,7 +217,7 @@ class RedisInboxStore:
                 connection.scripts.status_index, index_keys, args, idempotent=True
             )
         except ResponseError as exc:
-            raise _refusal(exc, sender, session, sender) from exc
+            raise refusal(exc, Refused(sender, session, sender)) from exc
         found: dict[str, list[tuple[int, str, int]]] = {}
         out = [MessageStatus(one, "unknown") for one in ids]
         for i, (one, value) in enumerate(zip(ids, noted, strict=True)):
@@ -286,7 +254,7 @@ class RedisInboxStore:
                 self.connection.scripts.status, keys, args, idempotent=True
             )
         except ResponseError as exc:
-            raise _refusal(exc, to, None, to) from exc
+            raise refusal(exc, Refused(to, None, to)) from exc
         return reply
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
@@ -306,7 +274,7 @@ class RedisInboxStore:
                 durable=True,
             )
         except ResponseError as exc:
-            raise _refusal(exc, agent, session, agent) from exc
+            raise refusal(exc, Refused(agent, session, agent)) from exc
         acknowledged: list[str] = []
         origins: list[tuple[str, Tier]] = []
         unknown: list[str] = []
@@ -323,25 +291,3 @@ def _dropped(reply: object) -> tuple[tuple[Tier, str], ...]:
     if not isinstance(reply, list):
         return ()
     return tuple((tier_of(str(reply[i])), str(reply[i + 1])) for i in range(0, len(reply) - 1, 2))
-
-
-def _refusal(
-    exc: ResponseError, agent: str, session: str | None, to: str, key: str | None = None
-) -> RelayError:
-    text = str(exc)
-    if text.startswith("RELAY_IDEMPOTENCY_CONFLICT"):
-        return IdempotencyConflict(agent, key or "")
-    if text.startswith("RELAY_UNREGISTERED"):
-        return UnregisteredAgent(agent)
-    if text.startswith("RELAY_SUPERSEDED"):
-        return SessionSuperseded(agent, session or "")
-    if text.startswith("RELAY_SESSION_UNREGISTERED"):
-        return SessionNotRegistered(agent, session or "")
-    if text.startswith("RELAY_UNKNOWN_RECIPIENT"):
-        return UnknownRecipient(to)
-    if text.startswith("RELAY_INBOX_FULL"):
-        _, cap, depth = text.split()[:3]
-        return InboxFull(to, int(cap), int(depth))
-    if text.startswith("RELAY_RATE_LIMITED"):
-        return RateLimited(agent, int(text.split()[1]) / 1000)
-    return BackendRefused(f"the message store refused the operation ({text[:200]})")

@@ -15,7 +15,7 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import announced
-from adapters.redis.inbox import _refusal
+from adapters.redis.errors import Refused, refusal
 from broker.ports import NOTICE_MAX_COUNT, Notice
 
 MAX_CONCURRENT_LOOKS = 4
@@ -69,7 +69,7 @@ class RedisNoticeStore:
                     idempotent=False,
                 )
         except ResponseError as exc:
-            raise _refusal(exc, agent, session, agent) from exc
+            raise refusal(exc, Refused(agent, session)) from exc
         count, unacknowledged, reminder, due_ms, rows = reply
         notice = Notice(
             count=int(count),
