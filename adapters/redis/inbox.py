@@ -28,9 +28,21 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import entry_id, envelope_id, rows, tier_of
 from adapters.redis.errors import Refused, refusal
-from adapters.redis.keys import GROUP
 from adapters.redis.protocol import SendAppended, SendCall, SendChecked, send_call, with_refund, with_tier
-from broker.envelope import Tier, format_ms, now_ms
+from adapters.redis.protocol_inbox import (
+    Dropped,
+    Fetch,
+    Outcome,
+    ack_call,
+    fetch_call,
+    read_acked,
+    read_noted,
+    read_swept,
+    status_call,
+    status_index_call,
+    sweep_call,
+)
+from broker.envelope import Tier, now_ms
 from broker.errors import RelayError
 from broker.ids import decode_envelope_id, new_nonce
 from broker.limits import REQUEUE_LINEAGE
@@ -159,135 +171,116 @@ class RedisInboxStore:
                     return found
 
     async def _fetch(self, agent: str, limit: int, session: str | None) -> Fetched:
-        connection, keys = self.connection, self.keys
-        settings = connection.settings
+        connection = self.connection
         now = self.clock()
         outcomes, until = outcome_hash(connection, agent, now)
+        call = fetch_call(
+            self.keys,
+            agent,
+            session,
+            limit,
+            now=now,
+            max_deliveries=connection.settings.max_deliveries,
+            outcomes=outcomes,
+            until=until,
+        )
         try:
-            reply, dropped = await connection.script(
-                connection.scripts.fetch,
-                [
-                    keys.registration(agent),
-                    keys.inbox(agent),
-                    keys.dead_letters(agent),
-                    outcomes,
-                    keys.delivery_counts(agent),
-                ],
-                [session or "", GROUP, agent, limit, now, settings.max_deliveries, format_ms(now), until],
-                idempotent=True,
+            reply = Fetch.read(
+                await connection.script(connection.scripts.fetch, call.keys, call.args, idempotent=True)
             )
         except ResponseError as exc:
-            raise refusal(exc, Refused(agent, session, agent)) from exc
-        return Fetched(rows(agent, reply), _dropped(dropped))
+            raise refusal(exc, Refused(agent, session)) from exc
+        return Fetched(rows(agent, reply.rows), _tiers(reply.dropped))
 
     async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
-        connection, keys = self.connection, self.keys
+        connection = self.connection
         now = self.clock()
         outcomes, until = outcome_hash(connection, agent, now)
+        call = sweep_call(self.keys, agent, now=now, outcomes=outcomes, until=until, limit=limit)
         try:
-            dropped = await connection.script(
-                connection.scripts.sweep,
-                [keys.inbox(agent), keys.dead_letters(agent), outcomes, keys.delivery_counts(agent)],
-                [GROUP, now, format_ms(now), until, limit],
-                idempotent=True,
-            )
+            dropped = await connection.script(connection.scripts.sweep, call.keys, call.args, idempotent=True)
         except ResponseError as exc:
-            raise refusal(exc, Refused(agent, None, agent)) from exc
-        return list(_dropped(dropped))
+            raise refusal(exc, Refused(agent)) from exc
+        return list(_tiers(read_swept(dropped)))
 
     async def status(
         self, sender: str, ids: Sequence[str], *, session: str | None = None
     ) -> list[MessageStatus]:
-        connection, keys = self.connection, self.keys
+        connection = self.connection
         retention = connection.settings.status_retention_ms
         now = self.clock()
-        index_keys = [keys.registration(sender)]
-        positions: dict[int, int] = {}
-        args: list[str | int] = [session or ""]
+        lookups = []
         for one in ids:
             ms, _, nonce = decode_envelope_id(one)
-            days = sorted({(ms - SKEW_MS) // DAY_MS, (ms + SKEW_MS) // DAY_MS})
-            for day in days:
-                if day not in positions:
-                    index_keys.append(keys.sent_index(sender, day))
-                    positions[day] = len(index_keys)
-            args += (nonce, " ".join(str(positions[day]) for day in days))
+            lookups.append((nonce, sorted({(ms - SKEW_MS) // DAY_MS, (ms + SKEW_MS) // DAY_MS})))
+        call = status_index_call(self.keys, sender, session, lookups)
         try:
-            noted = await connection.script(
-                connection.scripts.status_index, index_keys, args, idempotent=True
+            noted = read_noted(
+                await connection.script(
+                    connection.scripts.status_index, call.keys, call.args, idempotent=True
+                )
             )
         except ResponseError as exc:
-            raise refusal(exc, Refused(sender, session, sender)) from exc
+            raise refusal(exc, Refused(sender, session)) from exc
         found: dict[str, list[tuple[int, str, int]]] = {}
         out = [MessageStatus(one, "unknown") for one in ids]
         for i, (one, value) in enumerate(zip(ids, noted, strict=True)):
-            to, _, sent_at = str(value).partition(" ")
-            if value and retention > 0 and decode_envelope_id(one)[0] >= now - retention:
-                found.setdefault(to, []).append((i, one, int(sent_at)))
+            if value is not None and retention > 0 and decode_envelope_id(one)[0] >= now - retention:
+                found.setdefault(value[0], []).append((i, one, value[1]))
         replies = await asyncio.gather(
             *(self._outcomes(to, [x[1] for x in wanted], now) for to, wanted in found.items())
         )
         for (to, wanted), reply in zip(found.items(), replies, strict=True):
-            for (i, one, sent_ms), (state, deliveries, reason) in zip(wanted, reply, strict=True):
-                count = int(str(deliveries))
-                if state != "unknown":
+            for (i, one, sent_ms), outcome in zip(wanted, reply, strict=True):
+                if outcome.state != "unknown":
                     out[i] = MessageStatus(
-                        one, str(state), to, count if count >= 0 else None, sent_ms, str(reason) or None
+                        one, outcome.state, to, outcome.deliveries, sent_ms, outcome.reason
                     )
         return out
 
-    async def _outcomes(self, to: str, ids: list[str], now: int) -> list[list[object]]:
+    async def _outcomes(self, to: str, ids: list[str], now: int) -> list[Outcome]:
         """``status.lua`` on ``to``'s slot; each envelope's outcome record may be in the hash of any day
         from its entry's (less the clocks' skew) to today's, and is looked for newest first."""
-        keys = [self.keys.inbox(to)]
-        positions: dict[int, int] = {}
-        args: list[str | int] = [GROUP, now, REQUEUE_LINEAGE]
-        for one in ids:
-            days = range((now + SKEW_MS) // DAY_MS, (decode_envelope_id(one)[0] - SKEW_MS) // DAY_MS - 1, -1)
-            for day in days:
-                if day not in positions:
-                    keys.append(self.keys.outcomes(to, day))
-                    positions[day] = len(keys)
-            args += (*entry_id(one), " ".join(str(positions[day]) for day in days))
+        newest = (now + SKEW_MS) // DAY_MS
+        lookups = [
+            (entry_id(one), range(newest, (decode_envelope_id(one)[0] - SKEW_MS) // DAY_MS - 1, -1))
+            for one in ids
+        ]
+        call = status_call(self.keys, to, now=now, hops=REQUEUE_LINEAGE, lookups=lookups)
         try:
-            reply: list[list[object]] = await self.connection.script(
-                self.connection.scripts.status, keys, args, idempotent=True
+            reply = await self.connection.script(
+                self.connection.scripts.status, call.keys, call.args, idempotent=True
             )
         except ResponseError as exc:
-            raise refusal(exc, Refused(to, None, to)) from exc
-        return reply
+            raise refusal(exc, Refused(to)) from exc
+        return Outcome.read_all(reply)
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         if not ids:
             return AckOutcome()
-        connection, keys = self.connection, self.keys
+        connection = self.connection
         outcomes, until = outcome_hash(connection, agent, self.clock())
-        args: list[str | int] = [session or "", GROUP, until]
-        for one in ids:
-            args += entry_id(one)
+        entries = [entry_id(one) for one in ids]
+        call = ack_call(self.keys, agent, session, entries, outcomes=outcomes, until=until)
         try:
-            replies = await connection.script(
-                connection.scripts.ack,
-                [keys.registration(agent), keys.inbox(agent), outcomes],
-                args,
-                idempotent=True,
-                durable=True,
+            replies = read_acked(
+                await connection.script(
+                    connection.scripts.ack, call.keys, call.args, idempotent=True, durable=True
+                )
             )
         except ResponseError as exc:
-            raise refusal(exc, Refused(agent, session, agent)) from exc
+            raise refusal(exc, Refused(agent, session)) from exc
         acknowledged: list[str] = []
         origins: list[tuple[str, Tier]] = []
         unknown: list[str] = []
         for one, reply in zip(ids, replies, strict=True):
-            if isinstance(reply, list):
+            if reply is not None:
                 acknowledged.append(one)
-                origins.append((str(reply[0]), tier_of(str(reply[1]))))
+                origins.append((reply[0], tier_of(reply[1])))
             else:
                 unknown.append(one)
         return AckOutcome(tuple(acknowledged), tuple(unknown), tuple(origins))
 
 
-def _dropped(reply: object) -> tuple[tuple[Tier, str], ...]:
-    if not isinstance(reply, list):
-        return ()
-    return tuple((tier_of(str(reply[i])), str(reply[i + 1])) for i in range(0, len(reply) - 1, 2))
+def _tiers(dropped: Dropped) -> tuple[tuple[Tier, str], ...]:
+    return tuple((tier_of(tier), reason) for tier, reason in dropped)
