@@ -30,7 +30,8 @@ from redis.asyncio import Redis, RedisCluster
 from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.directory import Directory
 from adapters.redis.entries import entry_ms
-from adapters.redis.keys import DEFAULT_PREFIX, GROUP
+from adapters.redis.keys import DEFAULT_PREFIX
+from adapters.redis.protocol_operator import inspect_call
 from adapters.redis.server import LOCK_FILE, STATE_FILE
 from broker.envelope import format_ms, format_time, from_ms, parse_time
 from broker.errors import BackendUnavailable
@@ -141,13 +142,8 @@ class Inspector:
             chunk = agents[start : start + PIPELINE_CHUNK]
             replies = await asyncio.gather(
                 *(
-                    self.connection.script(
-                        script,
-                        [keys.registration(a), keys.inbox(a), keys.dead_letters(a), keys.delivery_counts(a)],
-                        [GROUP],
-                        idempotent=True,
-                    )
-                    for a in chunk
+                    self.connection.script(script, call.keys, call.args, idempotent=True)
+                    for call in (inspect_call(keys, a) for a in chunk)
                 )
             )
             found.extend(_inspection(a, r, now_ms) for a, r in zip(chunk, replies, strict=True))

@@ -12,10 +12,10 @@ from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.entries import tier_of
 from adapters.redis.errors import store_error
-from adapters.redis.keys import GROUP
+from adapters.redis.protocol_operator import Registered, register_call
 from broker.addresses import Address
-from broker.envelope import format_time, from_ms, now_ms, parse_time
-from broker.ports import SUPERSEDED_SESSIONS_KEPT, RegisterOutcome, Registration
+from broker.envelope import from_ms, now_ms, parse_time
+from broker.ports import RegisterOutcome, Registration
 
 
 class RedisRegistry:
@@ -34,16 +34,13 @@ class RedisRegistry:
         return await self.connection.ping()
 
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
-        now = format_time(from_ms(now_ms()))
-        keys = self.keys
-        tail = (GROUP, keys.wake_channel(), SUPERSEDED_SESSIONS_KEPT)
+        now = now_ms()
+        call = register_call(self.keys, agent, address, session, now=now)
         try:
-            previous, registered_at, created = await self.connection.script(
-                self.connection.scripts.register,
-                [keys.registration(agent), keys.inbox(agent)],
-                [agent, address.provider, address.endpoint, address.tier.label, session, now, *tail],
-                idempotent=True,
-                durable=True,
+            reply = Registered.read(
+                await self.connection.script(
+                    self.connection.scripts.register, call.keys, call.args, idempotent=True, durable=True
+                )
             )
         except ResponseError as exc:
             raise store_error(exc) from exc
@@ -53,11 +50,11 @@ class RedisRegistry:
             endpoint=address.endpoint,
             tier=address.tier,
             session=session,
-            registered_at=parse_time(str(registered_at)),
-            updated_at=parse_time(now),
+            registered_at=parse_time(reply.registered_at),
+            updated_at=from_ms(now),
         )
-        superseded = str(previous) if previous and previous != session else None
-        return RegisterOutcome(registration, bool(int(str(created))), superseded)
+        superseded = reply.previous if reply.previous and reply.previous != session else None
+        return RegisterOutcome(registration, reply.created, superseded)
 
     async def get(self, agent: str) -> Registration | None:
         key = self.keys.registration(agent)

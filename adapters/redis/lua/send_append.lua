@@ -43,7 +43,7 @@ end
 if cap > 0 then
   local depth = redis.call('XLEN', inbox)
   if depth >= cap then
-    return redis.error_reply('RELAY_INBOX_FULL ' .. ARGV[5] .. ' ' .. depth)
+    return redis.error_reply('RELAY_INBOX_FULL ' .. string.format('%d', cap) .. ' ' .. depth)
   end
 end
 local tier = sender_tier
