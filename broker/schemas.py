@@ -319,7 +319,7 @@ def registration_result(done: Registered) -> dict[str, Any]:
 
 def sent_result(sent: Envelope[Any]) -> dict[str, Any]:
     """The ``SENT`` result of a send, as every front returns it."""
-    return {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_time(sent.sent_at)}
+    return {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_ms(sent.sent_at_ms)}
 
 
 SENT: Final[dict[str, Any]] = {

@@ -19,7 +19,7 @@ from mcp.types import CallToolResult
 from broker import schemas
 from broker.addresses import HumanAddress, host_providers, network_providers
 from broker.agent_message import AgentMessage
-from broker.envelope import Envelope, format_time
+from broker.envelope import Envelope, format_ms
 from broker.errors import (
     InternalError,
     InvalidAddress,
@@ -290,11 +290,11 @@ class FetchAgentInbox(RelayTool):
             "from": envelope.sender,
             "tier": envelope.tier.label,
             "message": self.relay.contract.to_json(envelope.message),
-            "sent_at": format_time(envelope.sent_at),
+            "sent_at": format_ms(envelope.sent_at_ms),
             "deliveries": envelope.deliveries,
         }
-        if envelope.expires_at is not None:
-            item["expires_at"] = format_time(envelope.expires_at)
+        if envelope.expires_at_ms is not None:
+            item["expires_at"] = format_ms(envelope.expires_at_ms)
         return item
 
 
