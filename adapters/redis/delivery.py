@@ -70,7 +70,7 @@ class RedisDeliveryQueue:
         found = await self._claim(agent, consumer, limit, visibility)
         if found or not wait or wait <= 0:
             return found
-        deadline = time.monotonic() + min(wait, self.connection.settings.max_block)
+        deadline = time.monotonic() + wait  # the messenger's claim_wait
         with self.connection.wakeups.park(agent) as parked:
             while True:
                 parked.rearm()

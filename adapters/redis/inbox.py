@@ -160,7 +160,7 @@ class RedisInboxStore:
         found = await self._fetch(agent, limit, session)
         if found.envelopes or not wait or wait <= 0:
             return found
-        deadline = time.monotonic() + min(wait, self.connection.settings.max_block)
+        deadline = time.monotonic() + wait  # the relay capped it (max_wait)
         with self.connection.wakeups.park(agent) as parked:
             while True:
                 parked.rearm()

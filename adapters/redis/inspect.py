@@ -33,7 +33,7 @@ from adapters.redis.entries import entry_ms
 from adapters.redis.keys import DEFAULT_PREFIX
 from adapters.redis.protocol_operator import inspect_call
 from adapters.redis.server import LOCK_FILE, STATE_FILE
-from broker.envelope import format_ms, format_time, from_ms, parse_time
+from broker.envelope import format_ms, parse_ms
 from broker.errors import BackendUnavailable
 
 __all__ = [
@@ -160,7 +160,7 @@ def _inspection(agent: str, reply: object, now_ms: int) -> AgentInspection:
     age = None
     if registered_at:
         with contextlib.suppress(ValueError):
-            age = max(0.0, now_ms / 1000 - parse_time(registered_at).timestamp())
+            age = max(0.0, (now_ms - parse_ms(registered_at)) / 1000)
     oldest_id = str(oldest) if oldest else None
     oldest_age = None
     if oldest_id is not None:
@@ -232,7 +232,7 @@ async def report(
         ) from exc
     finally:
         await connection.close()
-    return Report(redis=shown, time=format_time(from_ms(now_ms)), indexed=len(everyone), agents=found)
+    return Report(redis=shown, time=format_ms(now_ms), indexed=len(everyone), agents=found)
 
 
 def redacted(url: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
@@ -14,7 +13,7 @@ from adapters.redis.entries import tier_of
 from adapters.redis.errors import store_error
 from adapters.redis.protocol_operator import Registered, register_call
 from broker.addresses import Address
-from broker.envelope import from_ms, now_ms, parse_time
+from broker.envelope import now_ms, parse_ms
 from broker.ports import RegisterOutcome, Registration
 
 
@@ -50,8 +49,8 @@ class RedisRegistry:
             endpoint=address.endpoint,
             tier=address.tier,
             session=session,
-            registered_at=parse_time(reply.registered_at),
-            updated_at=from_ms(now),
+            registered_at_ms=parse_ms(reply.registered_at),
+            updated_at_ms=now,
         )
         superseded = reply.previous if reply.previous and reply.previous != session else None
         return RegisterOutcome(registration, reply.created, superseded)
@@ -91,15 +90,15 @@ def _registration(agent: str, row: Mapping[str, str]) -> Registration:
         endpoint=row.get("endpoint", ""),
         tier=tier_of(row.get("tier", "network")),
         session=row.get("session", ""),
-        registered_at=parse_time(row["registered_at"]),
-        updated_at=parse_time(row["updated_at"]),
-        last_seen=seen_at(row),
+        registered_at_ms=parse_ms(row["registered_at"]),
+        updated_at_ms=parse_ms(row["updated_at"]),
+        last_seen_ms=seen_at_ms(row),
         superseded=tuple(row.get("superseded", "").split()),
     )
 
 
-def seen_at(row: Mapping[str, str]) -> datetime | None:
+def seen_at_ms(row: Mapping[str, str]) -> int | None:
     """The registration hash's ``seen_at`` (milliseconds of Redis ``TIME``, written by the register,
-    fetch and ack scripts) as a time; None when absent."""
+    fetch and ack scripts); None when absent."""
     text = row.get("seen_at", "")
-    return from_ms(int(text)) if text.isdigit() else None
+    return int(text) if text.isdigit() else None

@@ -247,6 +247,7 @@ class FetchAgentInbox(RelayTool):
             raise InvalidArgument(
                 "wait_ms", "wait_ms.range", f"must be a whole number of milliseconds, 0 to {self.max_wait_ms}"
             )
+        # the relay caps the wait (max_wait); clamped here first only so a huge integer still converts
         wait = min(wait_ms, self.max_wait_ms) / 1000 if wait_ms else None
         fetching = self.relay.fetch(who.agent, limit, wait, session=who.session)
         # a parked fetch whose caller hung up or cancelled it gives its wait slot back at once
