@@ -35,13 +35,22 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from adapters.redis import RedisConnection, RedisSettings  # noqa: E402
+from adapters.redis.inbox import DAY_MS, retained_until  # noqa: E402
 from adapters.redis.keys import GROUP, Keys  # noqa: E402
 from adapters.redis.local_cluster import LocalCluster  # noqa: E402
+from adapters.redis.protocol import SendAppended, SendChecked, send_call, with_tier  # noqa: E402
+from adapters.redis.protocol_inbox import Fetch, ack_call, fetch_call  # noqa: E402
+from adapters.redis.protocol_operator import register_call  # noqa: E402
 from adapters.redis.scripts import Script, Scripts  # noqa: E402
 from adapters.redis.server import EmbeddedRedis  # noqa: E402
+from broker.addresses import ClaudeCodeAddress  # noqa: E402
+from broker.envelope import now_ms  # noqa: E402
+from broker.ids import new_nonce  # noqa: E402
+from broker.ports import SendOptions  # noqa: E402
 
 Run = Callable[[Script, list[str], list[str | int]], Awaitable[Any]]
 TEXT = "x" * 300
+BODY = {"kind": "note", "text": TEXT}
 
 
 async def cpu_of(urls: list[str]) -> float:
@@ -100,36 +109,43 @@ async def scripted(
     run: Run, scripts: Scripts, concurrency: int, seconds: float, urls: list[str]
 ) -> tuple[float, float, float]:
     keys = Keys(f"cb{secrets.token_hex(3)}")
+    settings = RedisSettings(url=urls[0], prefix=keys.prefix)  # relay serve's defaults
+    address = ClaudeCodeAddress.parse("127.0.0.1:1")
     for k in range(concurrency):
         for agent in (f"s{k}", f"r{k}"):
-            args: list[str | int] = [
-                agent,
-                "claudecode",
-                "127.0.0.1:1",
-                "host",
-                "s",
-                "2026-01-01T00:00:00.000Z",
-            ]
-            await run(
-                scripts.register,
-                [keys.registration(agent), keys.inbox(agent)],
-                [*args, GROUP, keys.wake_channel()],
-            )
+            call = register_call(keys, agent, address, "s", now=now_ms())
+            await run(scripts.register, call.keys, call.args)
 
     async def loop(k: int, deadline: float) -> int:
+        """relay's own calls for one message, built by its codecs (adapters/redis/protocol*.py)."""
         sender, to = f"s{k}", f"r{k}"
         n = 0
         while time.perf_counter() < deadline:
-            tier = await run(
-                scripts.send_check, [keys.registration(sender), keys.rate(sender)], ["s", "0.0", 0]
+            now = now_ms()
+            day = now // DAY_MS
+            until = retained_until(day, settings.status_retention_ms)
+            send = send_call(
+                keys,
+                settings,
+                sender,
+                to,
+                BODY,
+                sent_at_ms=now,
+                session="s",
+                options=SendOptions(),
+                nonce=new_nonce(),
+                day=day,
+                index_until=until,
             )
-            nonce = secrets.token_hex(5).upper()
-            args: list[str | int] = [sender, str(tier), "2026-01-01T00:00:00.000Z", nonce, 0, GROUP]
-            args += [keys.wake_channel(), to, "kind", "note", "text", TEXT]
-            await run(scripts.send_append, [keys.registration(to), keys.inbox(to)], args)
-            rows = await run(scripts.fetch, [keys.registration(to), keys.inbox(to)], ["s", GROUP, to, 1])
-            entry_id = rows[0][0]
-            await run(scripts.ack, [keys.registration(to), keys.inbox(to)], ["s", GROUP, entry_id, nonce])
+            checked = SendChecked.read(await run(scripts.send_check, send.check.keys, send.check.args))
+            append = with_tier(send.append, checked.tier, checked.provider)
+            appended = SendAppended.read(await run(scripts.send_append, append.keys, append.args))
+            outcomes = keys.outcomes(to, day)
+            fetch = fetch_call(keys, to, "s", 1, now=now, max_deliveries=0, outcomes=outcomes, until=until)
+            Fetch.read(await run(scripts.fetch, fetch.keys, fetch.args))
+            entry = (appended.stream_id, appended.nonce)
+            ack = ack_call(keys, to, "s", [entry], outcomes=outcomes, until=until)
+            await run(scripts.ack, ack.keys, ack.args)
             n += 1
         return n
 

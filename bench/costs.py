@@ -30,19 +30,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.gauges import InboxGauges
+from adapters.redis.inbox import DAY_MS
 from adapters.redis.inspect import Inspector
-from adapters.redis.keys import GROUP
 from adapters.redis.local_cluster import LocalCluster
+from adapters.redis.protocol import Call, send_call, with_tier
+from adapters.redis.protocol_operator import register_call
 from adapters.redis.scripts import Script
 from adapters.redis.server import EmbeddedRedis
 from broker import schemas
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
+from broker.envelope import now_ms
+from broker.ports import SendOptions
 from broker.relay import Relay
 
 CALLS = 20_000
 NOW = "2026-01-01T00:00:00.000Z"
 BODY = ("kind", "note", "text", "x" * 300)
+ADDRESS = ClaudeCodeAddress.parse("127.0.0.1:1")
 AGENTS = 1000
 
 
@@ -56,13 +61,32 @@ async def redis_cpu(urls: list[str]) -> float:
     return total
 
 
+def _append(connection: RedisConnection, to: str, nonce: str) -> Call:
+    """``send_append``'s call from sender ``s`` (host tier) to ``to``, as relay builds it."""
+    now = now_ms()
+    send = send_call(
+        connection.keys,
+        connection.settings,
+        "s",
+        to,
+        dict(zip(BODY[::2], BODY[1::2], strict=True)),
+        sent_at_ms=now,
+        session="s",
+        options=SendOptions(),
+        nonce=nonce,
+        day=now // DAY_MS,
+        index_until=0,
+    )
+    return with_tier(send.append, "host", "claudecode")
+
+
 async def publish_cost(url: str, urls: list[str]) -> tuple[float, float]:
     """Redis CPU µs per send_append call: (with PUBLISH, without), two subscribers listening."""
     connection = RedisConnection(RedisSettings(url=url, prefix=f"pc{secrets.token_hex(3)}"))
     await connection.open()
     keys = connection.keys
     full = connection.scripts.send_append
-    quiet_source = full.source.replace("redis.call('PUBLISH', ARGV[7], ARGV[8])", "")
+    quiet_source = full.source.replace("redis.call('PUBLISH', wake_channel, recipient)", "")
     assert quiet_source != full.source
     quiet = Script("send_append_quiet", quiet_source, _sha(quiet_source))
     listeners = [Redis.from_url(urls[i % len(urls)], decode_responses=True).pubsub() for i in range(2)]
@@ -74,24 +98,15 @@ async def publish_cost(url: str, urls: list[str]) -> tuple[float, float]:
         for script in (full, quiet):
             agents = [f"a{i}" for i in range(64)]
             for agent in agents:
-                await connection.script(
-                    connection.scripts.register,
-                    [keys.registration(agent), keys.inbox(agent)],
-                    [agent, "claudecode", "127.0.0.1:1", "host", "s", NOW, GROUP, keys.wake_channel()],
-                    idempotent=True,
-                )
+                call = register_call(keys, agent, ADDRESS, "s", now=now_ms())
+                await connection.script(connection.scripts.register, call.keys, call.args, idempotent=True)
             before = await redis_cpu(urls)
             for start in range(0, CALLS, 256):
                 await asyncio.gather(
                     *(
-                        connection.script(
-                            script,
-                            [keys.registration(to), keys.inbox(to)],
-                            ["s", "host", NOW, f"N{i:09d}", 0, GROUP, keys.wake_channel(), to, *BODY],
-                            idempotent=False,
-                        )
+                        connection.script(script, call.keys, call.args, idempotent=False)
                         for i in range(start, start + 256)
-                        for to in [agents[i % len(agents)]]
+                        for call in [_append(connection, agents[i % len(agents)], f"N{i:09d}")]
                     )
                 )
             figures.append((await redis_cpu(urls) - before) / CALLS * 1e6)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 import re
 import time
 from dataclasses import dataclass
@@ -41,10 +40,11 @@ def widest(a: Tier, b: Tier) -> Tier:
 
 @dataclass(frozen=True, slots=True)
 class Envelope(Generic[Body]):
-    """One message in flight. ``sent_at`` is UTC with millisecond precision.
+    """One message in flight. ``sent_at_ms`` is milliseconds since the epoch (relay's one shape of a
+    time); ``sent_at`` is the same moment as a UTC ``datetime``, for Python callers.
 
     ``deliveries`` counts how many times the envelope was handed out (1 on first fetch); it is 0 on the
-    envelope returned by ``send``. ``expires_at`` is set when it was sent with a ttl.
+    envelope returned by ``send``. ``expires_at_ms`` is set when it was sent with a ttl.
     """
 
     id: str
@@ -52,9 +52,17 @@ class Envelope(Generic[Body]):
     to: str
     tier: Tier
     message: Body
-    sent_at: datetime
+    sent_at_ms: int
     deliveries: int = 0
-    expires_at: datetime | None = None
+    expires_at_ms: int | None = None
+
+    @property
+    def sent_at(self) -> datetime:
+        return from_ms(self.sent_at_ms)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return None if self.expires_at_ms is None else from_ms(self.expires_at_ms)
 
 
 def now_ms() -> int:
@@ -77,21 +85,27 @@ def to_ms(moment: datetime) -> int:
     return (moment - _EPOCH) // _ONE_MS
 
 
+_DAY_MS: Final = 86_400_000
+_YEAR_10000_MS: Final = 253_402_300_800_000
+
+
 def format_ms(ms: int) -> str:
-    """``format_time(from_ms(ms))``; the text up to the second is cached (sends in the same second
-    share it)."""
-    second, millis = divmod(ms, 1000)
-    return f"{_second_text(second)}{millis:03d}Z"
-
-
-@functools.lru_cache(maxsize=16)
-def _second_text(second: int) -> str:
-    return _spelled(from_ms(second * 1000))[:-4]
+    """ISO-8601 UTC with milliseconds and a ``Z`` (``2026-11-29T13:45:12.345Z``): how a time leaves
+    relay (tool results, shell output, logs) and how stored entries spell it. Integer arithmetic
+    (the proleptic Gregorian calendar), no ``datetime`` on the way."""
+    if not 0 <= ms < _YEAR_10000_MS:
+        return _spelled(from_ms(ms))
+    days, rest = divmod(ms, _DAY_MS)
+    year, month, day = _civil(days)
+    hour, rest = divmod(rest, 3_600_000)
+    minute, rest = divmod(rest, 60_000)
+    second, millis = divmod(rest, 1000)
+    return f"{year}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
 
 
 def format_time(moment: datetime) -> str:
-    """ISO-8601 UTC with milliseconds and a ``Z``: ``2026-11-29T13:45:12.345Z``."""
-    if moment.tzinfo is UTC and moment.year >= 1970:  # what envelopes carry: through format_ms's cache
+    """``format_ms`` of a ``datetime`` (a naive one is read as local time)."""
+    if moment.tzinfo is UTC and moment.year >= 1970:
         return format_ms(to_ms(moment))
     return _spelled(moment)
 
@@ -110,21 +124,46 @@ _CANONICAL: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d
 
 
 def parse_ms(text: str) -> int:
-    """``to_ms(parse_time(text))``; the value of the text up to the second is cached (entries read
-    together were mostly sent in the same second)."""
-    millis = text[20:23]
-    if len(text) == 24 and text[23] == "Z" and millis.isascii() and millis.isdigit():
-        second_ms = _canonical_second_ms(text[:20])
-        if second_ms is not None:
-            return second_ms + int(millis)
+    """The milliseconds since the epoch of ISO-8601 text (``format_ms``'s inverse); the exact form
+    ``format_ms`` writes is read by integer arithmetic, any other by ``parse_time``."""
+    found = _CANONICAL.fullmatch(text)
+    if found is not None:
+        year, month, day, hour, minute, second, millis = map(int, found.groups())
+        if (
+            1 <= month <= 12
+            and 1 <= day <= _month_days(year, month)
+            and hour < 24
+            and minute < 60
+            and second < 60
+        ):
+            return (_days(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1000 + millis
     return to_ms(parse_time(text))
 
 
-@functools.lru_cache(maxsize=16)
-def _canonical_second_ms(prefix: str) -> int | None:
-    """The milliseconds of ``prefix + "000Z"`` when that is exactly what ``format_time`` writes."""
-    text = prefix + "000Z"
-    return to_ms(parse_time(text)) if _CANONICAL.fullmatch(text) is not None else None
+def _civil(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of ``days`` since 1970-01-01 (``days >= 0``; H. Hinnant's algorithm)."""
+    z = days + 719_468
+    era, doe = divmod(z, 146_097)
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _days(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a date (``_civil``'s inverse)."""
+    year -= month <= 2
+    era, yoe = divmod(year, 400)
+    doy = (153 * (month - 3 if month > 2 else month + 9) + 2) // 5 + day - 1
+    return era * 146_097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719_468
+
+
+def _month_days(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
 
 
 def parse_time(text: str) -> datetime:

@@ -32,7 +32,7 @@ from typing import Generic, Literal, Self, TypeVar
 
 from broker.addresses import Address
 from broker.delivery import CONSUMER_SEPARATOR, DeadLetter, DeliverySettings, IDeliveryQueue
-from broker.envelope import Envelope, Tier, from_ms
+from broker.envelope import Envelope, Tier
 from broker.errors import BackendUnavailable, ContractViolation, RelayNotRunning
 from broker.ids import check_agent_id
 from broker.limits import DEFAULT_FETCH_LIMIT, check_fetch_limit
@@ -323,7 +323,7 @@ class Receiving(Generic[Body]):
             to=entry.to,
             tier=entry.tier,
             message=body,
-            sent_at=from_ms(entry.sent_at_ms),
+            sent_at_ms=entry.sent_at_ms,
             deliveries=entry.deliveries,
         )
         self._out.pop(entry.envelope_id, None)

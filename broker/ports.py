@@ -16,7 +16,7 @@ from typing import Final, Protocol
 
 from broker.addresses import Address
 from broker.credentials import Credential, CredentialEvent
-from broker.envelope import Tier
+from broker.envelope import Tier, from_ms
 from broker.errors import SessionNotRegistered, SessionSuperseded
 from broker.policy import ContactPolicy, PolicySummary
 
@@ -34,12 +34,25 @@ class Registration:
     endpoint: str
     tier: Tier
     session: str
-    registered_at: datetime
-    updated_at: datetime
-    last_seen: datetime | None = None
+    registered_at_ms: int
+    """When the agent first registered (ms since the epoch, like every time inside relay)."""
+    updated_at_ms: int
+    last_seen_ms: int | None = None
     """The agent's last registration, fetch or acknowledgement (the store's clock); None if unknown."""
     superseded: tuple[str, ...] = ()
     """Sessions this registration replaced, newest first (at most ``SUPERSEDED_SESSIONS_KEPT``)."""
+
+    @property
+    def registered_at(self) -> datetime:
+        return from_ms(self.registered_at_ms)
+
+    @property
+    def updated_at(self) -> datetime:
+        return from_ms(self.updated_at_ms)
+
+    @property
+    def last_seen(self) -> datetime | None:
+        return None if self.last_seen_ms is None else from_ms(self.last_seen_ms)
 
     def check_session(self, session: str) -> None:
         """Raise ``SessionSuperseded`` when ``session`` was replaced by the current one, and

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from broker.addresses import Address
 from broker.contract import RESERVED_FIELDS, Contract
-from broker.envelope import Envelope, Tier, from_ms, now_ms
+from broker.envelope import Envelope, Tier, now_ms
 from broker.errors import BackendRefused, InvalidArgument, NotAccepted, RelayError, RelayNotRunning
 from broker.ids import check_agent_id, check_idempotency_key, check_session_id
 from broker.limits import (
@@ -264,7 +264,7 @@ class Relay(Generic[Body]):
             to=to,
             tier=appended.tier,
             message=body,
-            sent_at=from_ms(appended.sent_at_ms),
+            sent_at_ms=appended.sent_at_ms,
         )
 
     async def fetch(
@@ -305,9 +305,9 @@ class Relay(Generic[Body]):
                     to=entry.to,
                     tier=entry.tier,
                     message=self.contract.from_fields(entry.fields),
-                    sent_at=from_ms(entry.sent_at_ms),
+                    sent_at_ms=entry.sent_at_ms,
                     deliveries=entry.deliveries,
-                    expires_at=from_ms(entry.expires_at_ms) if entry.expires_at_ms is not None else None,
+                    expires_at_ms=entry.expires_at_ms,
                 )
             )
             if entry.first_delivery:
@@ -374,7 +374,7 @@ class Relay(Generic[Body]):
                 to=agent,
                 tier=one.tier,
                 message=self.contract.from_fields(one.fields),
-                sent_at=from_ms(one.sent_at_ms),
+                sent_at_ms=one.sent_at_ms,
             )
             for one in notice.envelopes
         )

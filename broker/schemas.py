@@ -27,7 +27,7 @@ from broker.agent_message import (
     MAX_TEXT_BYTES,
     MIN_REFERENCE_CHARS,
 )
-from broker.envelope import Envelope, Tier, format_ms, format_time
+from broker.envelope import Envelope, Tier, format_ms
 from broker.ids import AGENT_ID_PATTERN, ENVELOPE_ID_PATTERN, IDEMPOTENCY_KEY_PATTERN
 from broker.limits import (
     DEFAULT_FETCH_LIMIT,
@@ -291,8 +291,8 @@ def agents_result(registrations: Sequence[Registration], more: bool) -> dict[str
     agents: list[dict[str, Any]] = []
     for reg in registrations:
         item: dict[str, Any] = {"id": reg.agent, "provider": reg.provider, "tier": reg.tier.label}
-        if reg.last_seen is not None:
-            item["last_seen"] = format_time(reg.last_seen)
+        if reg.last_seen_ms is not None:
+            item["last_seen"] = format_ms(reg.last_seen_ms)
         agents.append(item)
     data: dict[str, Any] = {"agents": agents}
     if more and registrations:
@@ -309,8 +309,8 @@ def registration_result(done: Registered) -> dict[str, Any]:
         "provider": reg.provider,
         "endpoint": reg.endpoint,
         "tier": reg.tier.label,
-        "registered_at": format_time(reg.registered_at),
-        "updated_at": format_time(reg.updated_at),
+        "registered_at": format_ms(reg.registered_at_ms),
+        "updated_at": format_ms(reg.updated_at_ms),
     }
     if done.superseded_session is not None:
         data["superseded_session"] = done.superseded_session
@@ -319,7 +319,7 @@ def registration_result(done: Registered) -> dict[str, Any]:
 
 def sent_result(sent: Envelope[Any]) -> dict[str, Any]:
     """The ``SENT`` result of a send, as every front returns it."""
-    return {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_time(sent.sent_at)}
+    return {"id": sent.id, "to": sent.to, "tier": sent.tier.label, "sent_at": format_ms(sent.sent_at_ms)}
 
 
 SENT: Final[dict[str, Any]] = {

@@ -111,8 +111,8 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             send_burst=settings.burst,
             wait_replicas=settings.wait_replicas,
             max_deliveries=settings.max_deliveries,
-            idempotency_window_ms=settings.idempotency_window * 1000,
-            status_retention_ms=settings.status_retention * 1000,
+            idempotency_window_ms=settings.idempotency_window_ms,
+            status_retention_ms=settings.status_retention_ms,
         )
     )
     notices = RedisNoticeStore(connection)
@@ -123,7 +123,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         metrics=CollectorRegistry(),
         notices=notices,
         remind_after=settings.remind_after,
-        max_ttl_ms=settings.max_ttl * 1000,
+        max_ttl_ms=settings.max_ttl_ms,
         sweep_every=SWEEP_SECONDS,
     )
     gauges = InboxGauges(connection)

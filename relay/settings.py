@@ -221,6 +221,18 @@ class ServeSettings(StoreSettings):
     )
 
     @property
+    def max_ttl_ms(self) -> int:
+        return _ms(self.max_ttl)
+
+    @property
+    def idempotency_window_ms(self) -> int:
+        return _ms(self.idempotency_window)
+
+    @property
+    def status_retention_ms(self) -> int:
+        return _ms(self.status_retention)
+
+    @property
     def http_limits(self) -> limits.HttpLimits:
         """The connection and request limits of the HTTP front."""
         return limits.HttpLimits(
@@ -237,6 +249,12 @@ class ServeSettings(StoreSettings):
         if not self.send_rate:
             return 0
         return self.send_burst or max(1, int(self.send_rate * 2))
+
+
+def _ms(seconds: int) -> int:
+    """A setting declared in seconds (what an operator types), in the milliseconds relay holds every
+    time in."""
+    return seconds * 1000
 
 
 def option(name: str) -> str:

@@ -81,9 +81,7 @@ async def running_front(
     max_wait: float = MAX_WAIT_SECONDS,
 ) -> AsyncIterator[Front]:
     keyring = KeyRing([secrets.token_bytes(32)])
-    connection = RedisConnection(
-        RedisSettings(url=redis_url, prefix=prefix or unique_prefix(), max_block=max_wait)
-    )
+    connection = RedisConnection(RedisSettings(url=redis_url, prefix=prefix or unique_prefix()))
     relay = Relay(
         AgentMessageContract(),
         RedisInboxStore(connection),

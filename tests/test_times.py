@@ -1,9 +1,11 @@
-"""Envelope times: the cached fast paths of ``broker.envelope`` give exactly what the plain code gives."""
+"""Times: ``broker.envelope``'s integer-arithmetic ``format_ms``/``parse_ms`` give exactly what
+``datetime`` gives."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,3 +36,20 @@ def test_text_that_is_not_the_canonical_form_takes_the_general_parser() -> None:
         datetime(2026, 11, 29, 13, 45, 12, 345000, tzinfo=UTC)
     )
     assert parse_ms("2026-11-29T13:45:12.3Z") == parse_ms("2026-11-29T13:45:12.300Z")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-02-30T00:00:00.000Z",
+        "2025-02-29T00:00:00.000Z",
+        "2026-13-01T00:00:00.000Z",
+        "2026-01-01T24:00:00.000Z",
+    ],
+)
+def test_a_date_that_does_not_exist_is_refused_as_datetime_refuses_it(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_ms(text)
+    assert parse_ms("2024-02-29T23:59:59.999Z") == to_ms(
+        datetime(2024, 2, 29, 23, 59, 59, 999000, tzinfo=UTC)
+    )

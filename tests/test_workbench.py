@@ -14,7 +14,7 @@ from adapters.workbench import SessionMessaging, SessionTool, format_prompt, pro
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.delivery import DeliverySettings
-from broker.envelope import Envelope, Tier
+from broker.envelope import Envelope, Tier, to_ms
 from broker.messenger import Messenger
 from broker.testing.polling import eventually
 from tests.messenger_support import memory_messengers, redis_messengers
@@ -243,7 +243,7 @@ def test_prompt_format() -> None:
         message=AgentMessage(
             kind=Kind.KIND_REQUEST, text="please review PR 12", reference="https://example.org/pr/12"
         ),
-        sent_at=datetime(2026, 11, 29, 13, 45, 12, 345000, tzinfo=UTC),
+        sent_at_ms=to_ms(datetime(2026, 11, 29, 13, 45, 12, 345000, tzinfo=UTC)),
         deliveries=1,
     )
     assert format_prompt(envelope) == (

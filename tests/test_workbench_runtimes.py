@@ -19,7 +19,7 @@ import pytest
 
 from adapters.workbench import format_prompt
 from broker.agent_message import AgentMessage, Kind
-from broker.envelope import Envelope, Tier, parse_time
+from broker.envelope import Envelope, Tier, parse_ms
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_model import Recorded, Text, ToolUse
 from tests.fake_openai import FakeOpenAI, tool_results
@@ -63,7 +63,7 @@ def _expected_prompt(sent: dict[str, Any], sender: str, to: str, text: str, tier
         to=to,
         tier=tier,
         message=AgentMessage(kind=Kind.KIND_REQUEST, text=text),
-        sent_at=parse_time(sent["sent_at"]),
+        sent_at_ms=parse_ms(sent["sent_at"]),
         deliveries=1,
     )
     return format_prompt(envelope)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from adapters.memory.state import MemoryInbox, MemoryState
 from broker.addresses import Address
-from broker.envelope import from_ms, now_ms
+from broker.envelope import now_ms
 from broker.ports import SUPERSEDED_SESSIONS_KEPT, RegisterOutcome, Registration
 
 
@@ -24,7 +24,7 @@ class MemoryRegistry:
         return True
 
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
-        now = from_ms(now_ms())
+        now = now_ms()
         previous = self.state.registrations.get(agent)
         if previous is None:
             registration = Registration(
@@ -33,8 +33,8 @@ class MemoryRegistry:
                 endpoint=address.endpoint,
                 tier=address.tier,
                 session=session,
-                registered_at=now,
-                updated_at=now,
+                registered_at_ms=now,
+                updated_at_ms=now,
             )
         else:
             registration = replace(
@@ -43,12 +43,12 @@ class MemoryRegistry:
                 endpoint=address.endpoint,
                 tier=address.tier,
                 session=session,
-                updated_at=now,
+                updated_at_ms=now,
             )
         self.state.registrations[agent] = registration
         self.state.webhook_secrets.pop(agent, None)
         self.state.inboxes.setdefault(agent, MemoryInbox())
-        self.state.seen[agent] = now_ms()
+        self.state.seen[agent] = now
         superseded = previous.session if previous is not None and previous.session != session else None
         if superseded is not None:
             earlier = [s for s in self.state.superseded.get(agent, ()) if s not in (session, superseded)]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from broker.delivery import DeadLetter
-from broker.envelope import Tier, from_ms, now_ms
+from broker.envelope import Tier, now_ms
 from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
 from broker.ids import encode_envelope_id
 from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
@@ -126,7 +126,7 @@ class MemoryState:
         seen = self.seen.get(agent)
         return replace(
             found,
-            last_seen=None if seen is None else from_ms(seen),
+            last_seen_ms=seen,
             superseded=tuple(self.superseded.get(agent, ())),
         )
 

@@ -48,8 +48,6 @@ class RedisSettings:
     command_timeout: float = 5.0
     max_connections: int = 64
     """Connections per Redis node for script calls, and as many again for plain commands."""
-    max_block: float = 25.0
-    """The longest a blocking fetch or claim waits."""
     inbox_cap: int = 0
     """Unacknowledged envelopes an inbox may hold; 0 means no cap."""
     send_rate: float = 0.0

@@ -20,12 +20,19 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import dead_letter, entry_id, envelope_id, rows
-from adapters.redis.errors import store_error
+from adapters.redis.errors import Refused, refusal, store_error
 from adapters.redis.inbox import RedisInboxStore, outcome_hash
 from adapters.redis.keys import GROUP
+from adapters.redis.protocol_delivery import (
+    Requeued,
+    claim_call,
+    dead_letter_call,
+    read_counts,
+    requeue_call,
+    retry_call,
+)
 from broker.delivery import DeadLetter
-from broker.envelope import format_time, from_ms, now_ms
-from broker.errors import UnregisteredAgent
+from broker.envelope import now_ms
 from broker.ids import is_envelope_id, new_nonce
 from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, StoredEnvelope
@@ -63,7 +70,7 @@ class RedisDeliveryQueue:
         found = await self._claim(agent, consumer, limit, visibility)
         if found or not wait or wait <= 0:
             return found
-        deadline = time.monotonic() + min(wait, self.connection.settings.max_block)
+        deadline = time.monotonic() + wait  # the messenger's claim_wait
         with self.connection.wakeups.park(agent) as parked:
             while True:
                 parked.rearm()
@@ -73,16 +80,11 @@ class RedisDeliveryQueue:
                     return found
 
     async def _claim(self, agent: str, consumer: str, limit: int, visibility: float) -> list[StoredEnvelope]:
-        keys = self.keys
+        claim = claim_call(self.keys, agent, consumer, limit, visibility_ms=max(1, int(visibility * 1000)))
         # not idempotent: a lost reply would leave claimed entries with this consumer; they come
         # back after the visibility timeout, but a blind retry would skip them until then
         call = asyncio.ensure_future(
-            self.connection.script(
-                self.scripts.claim,
-                [keys.registration(agent), keys.inbox(agent)],
-                [GROUP, consumer, limit, max(1, int(visibility * 1000))],
-                idempotent=False,
-            )
+            self.connection.script(self.scripts.claim, claim.keys, claim.args, idempotent=False)
         )
         try:
             reply = await asyncio.shield(call)
@@ -92,9 +94,7 @@ class RedisDeliveryQueue:
             call.add_done_callback(lambda done: self._hand_back(agent, consumer, done))
             raise
         except ResponseError as exc:
-            if str(exc).startswith("RELAY_UNREGISTERED"):
-                raise UnregisteredAgent(agent) from exc
-            raise store_error(exc) from exc
+            raise refusal(exc, Refused(agent)) from exc
         return rows(agent, reply)
 
     def _hand_back(self, agent: str, consumer: str, done: asyncio.Future[Any]) -> None:
@@ -115,17 +115,17 @@ class RedisDeliveryQueue:
         valid = [i for i in ids if is_envelope_id(i)]
         if not valid:
             return [0] * len(ids)
-        args: list[str] = [GROUP, consumer, mode]
-        for one in valid:
-            args += entry_id(one)
+        call = retry_call(self.keys, agent, consumer, mode, [entry_id(one) for one in valid])
         try:
-            replies = await self.connection.script(
-                self.scripts.retry, [self.keys.inbox(agent)], args, idempotent=mode != "retry"
+            replies = read_counts(
+                await self.connection.script(
+                    self.scripts.retry, call.keys, call.args, idempotent=mode != "retry"
+                )
             )
         except ResponseError as exc:
             raise store_error(exc) from exc
         counts = dict(zip(valid, replies, strict=True))
-        return [int(counts.get(i, 0)) for i in ids]
+        return [counts.get(i, 0) for i in ids]
 
     async def retry(self, agent: str, consumer: str, envelope_id: str) -> int:
         (count,) = await self._reclaim(agent, consumer, "retry", [envelope_id])
@@ -145,18 +145,22 @@ class RedisDeliveryQueue:
     ) -> bool:
         if not is_envelope_id(envelope_id):
             return False
-        stream_id, nonce = entry_id(envelope_id)
-        keys = self.keys
         now = now_ms()
         outcomes, until = outcome_hash(self.connection, agent, now)
+        call = dead_letter_call(
+            self.keys,
+            agent,
+            entry_id(envelope_id),
+            consumer=consumer,
+            reason=reason,
+            now=now,
+            outcomes=outcomes,
+            until=until,
+        )
         try:
             # not retried: after a lost reply the entry is gone, and a retry would report False
             moved = await self.connection.script(
-                self.scripts.dead_letter,
-                [keys.inbox(agent), keys.dead_letters(agent), outcomes],
-                [GROUP, stream_id, nonce, consumer or "", reason, format_time(from_ms(now)), until],
-                idempotent=False,
-                durable=True,
+                self.scripts.dead_letter, call.keys, call.args, idempotent=False, durable=True
             )
         except ResponseError as exc:
             raise store_error(exc) from exc
@@ -193,21 +197,18 @@ class RedisDeliveryQueue:
         return out
 
     async def _requeue_call(self, agent: str, wanted: Sequence[str], count: int) -> list[str]:
-        keys = self.keys
         outcomes, until = outcome_hash(self.connection, agent, now_ms())
-        args: list[str | int] = [GROUP, keys.wake_channel(), agent, until, REQUEUE_LINEAGE, len(wanted)]
-        args += [*wanted, *(new_nonce() for _ in range(count))]
+        nonces = [new_nonce() for _ in range(count)]
+        call = requeue_call(
+            self.keys, agent, wanted, nonces, lineage=REQUEUE_LINEAGE, outcomes=outcomes, until=until
+        )
         try:
             flat = await self.connection.script(
-                self.scripts.requeue,
-                [keys.dead_letters(agent), keys.inbox(agent), outcomes],
-                args,
-                idempotent=False,
-                durable=True,
+                self.scripts.requeue, call.keys, call.args, idempotent=False, durable=True
             )
         except ResponseError as exc:
             raise store_error(exc) from exc
-        return [envelope_id(str(flat[i + 1]), str(flat[i + 2])) for i in range(0, len(flat) - 2, 3)]
+        return [envelope_id(one.stream_id, one.nonce) for one in Requeued.read_all(flat)]
 
     async def release(self, agent: str, consumer: str, ids: Sequence[str] = ()) -> None:
         if ids:

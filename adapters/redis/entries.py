@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from broker.delivery import DEAD_LETTER_FIELDS, REQUEUED_FROM, DeadLetter
-from broker.envelope import Tier, parse_ms, parse_time, to_ms
+from broker.envelope import Tier, parse_ms
 from broker.ids import decode_envelope_id, encode_envelope_id
 from broker.ports import Announced, StoredEnvelope
 
@@ -106,10 +106,10 @@ def dead_letter(agent: str, values: object) -> DeadLetter:
         sender=header[FROM],
         to=agent,
         tier=tier_of(header[TIER]),
-        sent_at_ms=to_ms(parse_time(header[SENT_AT])),
+        sent_at_ms=parse_ms(header[SENT_AT]),
         fields=fields,
         attempts=int(meta["attempts"] or 0),
         reason=meta["reason"],
-        dead_at_ms=to_ms(parse_time(meta["dead_at"])),
+        dead_at_ms=parse_ms(meta["dead_at"]),
         requeued_from=tuple(requeued_from.split()),
     )

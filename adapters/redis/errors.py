@@ -2,13 +2,16 @@
 errors (``broker.errors``), so that a store that is fine is never blamed and a refusal that a retry
 cannot fix is never called retryable.
 
-Script refusals (``RELAY_*`` error replies) are not translated here: each store maps them with what
-it knows (which agent, which session).
+Script refusals (``RELAY_*`` error replies) are translated here too, by one table (``REFUSALS``): a
+store passes what it knows of the call (``Refused``: which agent, session, recipient, key).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
 
 from redis.exceptions import (
     AskError,
@@ -30,10 +33,45 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adapters.redis.pipeline import ReplicasBehind
-from broker.errors import BackendRefused, BackendUnavailable, RelayError
+from broker.errors import (
+    BackendRefused,
+    BackendUnavailable,
+    IdempotencyConflict,
+    InboxFull,
+    NotAccepted,
+    RateLimited,
+    RelayError,
+    SessionNotRegistered,
+    SessionSuperseded,
+    UnknownRecipient,
+    UnregisteredAgent,
+)
 
-RELAY_REFUSAL = "RELAY_"
-"""Error replies of relay's own scripts start with this (``RELAY_UNREGISTERED``, ...)."""
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Who a script call was for: what its refusals name (``to`` defaults to ``agent``)."""
+
+    agent: str
+    session: str | None = None
+    to: str | None = None
+    key: str | None = None
+
+
+REFUSALS: Final[dict[str, Callable[[Refused, list[str]], RelayError]]] = {
+    "RELAY_UNREGISTERED": lambda who, _: UnregisteredAgent(who.agent),
+    "RELAY_SUPERSEDED": lambda who, _: SessionSuperseded(who.agent, who.session or ""),
+    "RELAY_SESSION_UNREGISTERED": lambda who, _: SessionNotRegistered(who.agent, who.session or ""),
+    "RELAY_IDEMPOTENCY_CONFLICT": lambda who, _: IdempotencyConflict(who.agent, who.key or ""),
+    "RELAY_UNKNOWN_RECIPIENT": lambda who, _: UnknownRecipient(who.to or who.agent),
+    "RELAY_NOT_ACCEPTED": lambda who, n: NotAccepted(who.to or who.agent, who.agent, n[1], n[0]),
+    "RELAY_INBOX_FULL": lambda who, n: InboxFull(who.to or who.agent, int(n[0]), int(n[1])),
+    "RELAY_RATE_LIMITED": lambda who, n: RateLimited(who.agent, int(n[0]) / 1000),
+}
+"""Every error reply code of relay's scripts (``lua/*.lua`` headers list which script answers which),
+with its parameters (``RELAY_NOT_ACCEPTED <tier> <accept_from>``, ``RELAY_INBOX_FULL <cap> <depth>``,
+``RELAY_RATE_LIMITED <retry ms>``) and the
+relay error it means."""
 
 _SCRIPT_NOISE = re.compile(
     r"\s*(script: \w+, on @user_script:\d+\.|@?user_script:\d+:\s*-?|Error running script \(call to f_\w+\):"
@@ -66,7 +104,20 @@ come before their bases."""
 
 
 def is_refusal(exc: BaseException) -> bool:
-    return isinstance(exc, ResponseError) and str(exc).startswith(RELAY_REFUSAL)
+    """Whether ``exc`` is one of ``REFUSALS`` (a script said no, nothing was written)."""
+    return isinstance(exc, ResponseError) and str(exc).split(" ", 1)[0] in REFUSALS
+
+
+def refusal(exc: ResponseError, who: Refused) -> RelayError:
+    """The relay error of a script's refusal (``is_refusal``), naming ``who``."""
+    code, *params = str(exc).split()
+    make = REFUSALS.get(code)
+    if make is None:
+        return store_error(exc)
+    try:
+        return make(who, params)
+    except (IndexError, ValueError):  # a code without its parameters: a script out of step with relay
+        return BackendRefused(f"the message store refused the operation ({_clean(exc)})")
 
 
 def store_error(exc: BaseException) -> RelayError:

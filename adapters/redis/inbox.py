@@ -27,20 +27,23 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import entry_id, envelope_id, rows, tier_of
-from adapters.redis.keys import GROUP
-from broker.envelope import Tier, format_ms, now_ms
-from broker.errors import (
-    BackendRefused,
-    IdempotencyConflict,
-    InboxFull,
-    NotAccepted,
-    RateLimited,
-    RelayError,
-    SessionNotRegistered,
-    SessionSuperseded,
-    UnknownRecipient,
-    UnregisteredAgent,
+from adapters.redis.errors import Refused, refusal
+from adapters.redis.protocol import SendAppended, SendCall, SendChecked, send_call, with_refund, with_tier
+from adapters.redis.protocol_inbox import (
+    Dropped,
+    Fetch,
+    Outcome,
+    ack_call,
+    fetch_call,
+    read_acked,
+    read_noted,
+    read_swept,
+    status_call,
+    status_index_call,
+    sweep_call,
 )
+from broker.envelope import Tier, now_ms
+from broker.errors import RelayError
 from broker.ids import decode_envelope_id, new_nonce
 from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, Appended, Fetched, MessageStatus, SendOptions
@@ -93,90 +96,62 @@ class RedisInboxStore:
         sender_session: str | None = None,
         options: SendOptions = _NO_OPTIONS,
     ) -> Appended:
-        connection, keys = self.connection, self.keys
-        settings = connection.settings
-        nonce = new_nonce()
+        connection = self.connection
         day = sent_at_ms // DAY_MS
-        key, request = options.idempotency_key, options.request_hash or ""
-        check_keys = [keys.registration(sender), keys.rate(sender), keys.sent_index(sender, day)]
-        append_keys = [keys.registration(to), keys.inbox(to)]
-        if key is not None:
-            check_keys.append(keys.idempotency_claim(sender, key))
-            append_keys.append(keys.idempotency_record(to, sender, key))
-        append_keys.append(keys.policy(to))
-        index_until = retained_until(day, settings.status_retention_ms)
-        window = settings.idempotency_window_ms
-        check_args: list[str | int] = [
-            sender_session or "",
-            repr(float(settings.send_rate)),
-            settings.send_burst,
-        ]
-        check_args += (request, window, nonce, f"{to} {sent_at_ms}", index_until)
-        expires = str(options.expires_at_ms) if options.expires_at_ms is not None else ""
-        append_args: list[str | int] = [sender, "", format_ms(sent_at_ms), nonce, settings.inbox_cap, GROUP]
-        append_args += (keys.wake_channel(), to, expires, request, window, sent_at_ms)
-        for name, value in fields.items():
-            append_args += (name, value)
-        append_args.append("")  # the sender's provider, which step 1 fills in
+        call = send_call(
+            self.keys,
+            connection.settings,
+            sender,
+            to,
+            fields,
+            sent_at_ms=sent_at_ms,
+            session=sender_session,
+            options=options,
+            nonce=new_nonce(),
+            day=day,
+            index_until=retained_until(day, connection.settings.status_retention_ms),
+        )
         try:
             if connection.single_node:
-                # one Redis: both steps in one script call built from the same sources, one round trip
-                reply = await connection.script(
-                    connection.scripts.send,
-                    check_keys + append_keys,
-                    [len(check_keys), len(check_args), *check_args, *append_args],
-                    idempotent=False,
-                    durable=True,
+                # one Redis: all steps in one script call built from the same sources, one round trip
+                one = call.combined()
+                reply = SendAppended.read(
+                    await connection.script(
+                        connection.scripts.send, one.keys, one.args, idempotent=False, durable=True
+                    )
                 )
             else:
-                reply = await self._two_steps(check_keys, check_args, append_keys, append_args)
+                reply = await self._two_steps(call)
         except ResponseError as exc:
-            raise _refusal(exc, sender, sender_session, to, key) from exc
-        stream_id, tier, landed_nonce, sent_ms, landed_before = reply
+            who = Refused(sender, sender_session, to, options.idempotency_key)
+            raise refusal(exc, who) from exc
         return Appended(
-            envelope_id(str(stream_id), str(landed_nonce)),
-            tier_of(str(tier)),
-            int(sent_ms),
-            bool(int(landed_before)),
+            envelope_id(reply.stream_id, reply.nonce), tier_of(reply.tier), reply.sent_at_ms, reply.repeat
         )
 
-    async def _two_steps(
-        self,
-        check_keys: list[str],
-        check_args: list[str | int],
-        append_keys: list[str],
-        append_args: list[str | int],
-    ) -> list[object]:
+    async def _two_steps(self, call: SendCall) -> SendAppended:
         """A send on a cluster: step 1 on the sender's slot, step 2 on the recipient's, and the undo
         (or the status note) on the sender's slot again (see docs/redis-layout.md)."""
-        connection, scripts, settings = self.connection, self.connection.scripts, self.connection.settings
-        tier, repeated, provider = await connection.script(
-            scripts.send_check, check_keys, check_args, idempotent=False
+        connection, scripts = self.connection, self.connection.scripts
+        check = call.check
+        checked = SendChecked.read(
+            await connection.script(scripts.send_check, check.keys, check.args, idempotent=False)
         )
-        append_args[1], append_args[-1] = tier, provider
+        append = with_tier(call.append, checked.tier, checked.provider)
         try:
-            reply: list[object] = await connection.script(
-                scripts.send_append, append_keys, append_args, idempotent=False, durable=True
+            reply = SendAppended.read(
+                await connection.script(
+                    scripts.send_append, append.keys, append.args, idempotent=False, durable=True
+                )
             )
         except ResponseError:
             with contextlib.suppress(RelayError):  # not undone: one token less, never one more
-                burst = settings.send_burst if settings.send_rate > 0 and not int(repeated) else 0
-                claimed = len(check_keys) > 3
-                await connection.script(
-                    scripts.send_refund,
-                    [check_keys[1], check_keys[2], *check_keys[3:]],
-                    [burst, check_args[5], 1 if claimed else 0],
-                    idempotent=False,
-                )
+                refund = with_refund(call.refund, checked.refund_burst)
+                await connection.script(scripts.send_refund, refund.keys, refund.args, idempotent=False)
             raise
-        if int(repeated) and not int(str(reply[4])) and check_args[7]:
+        if checked.repeat and not reply.repeat and call.note is not None:
             # the first attempt claimed the key but never landed: this one did, so note it for status
-            await connection.script(
-                scripts.send_note,
-                [check_keys[2]],
-                [str(reply[2]), check_args[6], check_args[7]],
-                idempotent=True,
-            )
+            await connection.script(scripts.send_note, call.note.keys, call.note.args, idempotent=True)
         return reply
 
     async def fetch(
@@ -185,7 +160,7 @@ class RedisInboxStore:
         found = await self._fetch(agent, limit, session)
         if found.envelopes or not wait or wait <= 0:
             return found
-        deadline = time.monotonic() + min(wait, self.connection.settings.max_block)
+        deadline = time.monotonic() + wait  # the relay capped it (max_wait)
         with self.connection.wakeups.park(agent) as parked:
             while True:
                 parked.rearm()
@@ -196,160 +171,116 @@ class RedisInboxStore:
                     return found
 
     async def _fetch(self, agent: str, limit: int, session: str | None) -> Fetched:
-        connection, keys = self.connection, self.keys
-        settings = connection.settings
+        connection = self.connection
         now = self.clock()
         outcomes, until = outcome_hash(connection, agent, now)
+        call = fetch_call(
+            self.keys,
+            agent,
+            session,
+            limit,
+            now=now,
+            max_deliveries=connection.settings.max_deliveries,
+            outcomes=outcomes,
+            until=until,
+        )
         try:
-            reply, dropped = await connection.script(
-                connection.scripts.fetch,
-                [
-                    keys.registration(agent),
-                    keys.inbox(agent),
-                    keys.dead_letters(agent),
-                    outcomes,
-                    keys.delivery_counts(agent),
-                ],
-                [session or "", GROUP, agent, limit, now, settings.max_deliveries, format_ms(now), until],
-                idempotent=True,
+            reply = Fetch.read(
+                await connection.script(connection.scripts.fetch, call.keys, call.args, idempotent=True)
             )
         except ResponseError as exc:
-            raise _refusal(exc, agent, session, agent) from exc
-        return Fetched(rows(agent, reply), _dropped(dropped))
+            raise refusal(exc, Refused(agent, session)) from exc
+        return Fetched(rows(agent, reply.rows), _tiers(reply.dropped))
 
     async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
-        connection, keys = self.connection, self.keys
+        connection = self.connection
         now = self.clock()
         outcomes, until = outcome_hash(connection, agent, now)
+        call = sweep_call(self.keys, agent, now=now, outcomes=outcomes, until=until, limit=limit)
         try:
-            dropped = await connection.script(
-                connection.scripts.sweep,
-                [keys.inbox(agent), keys.dead_letters(agent), outcomes, keys.delivery_counts(agent)],
-                [GROUP, now, format_ms(now), until, limit],
-                idempotent=True,
-            )
+            dropped = await connection.script(connection.scripts.sweep, call.keys, call.args, idempotent=True)
         except ResponseError as exc:
-            raise _refusal(exc, agent, None, agent) from exc
-        return list(_dropped(dropped))
+            raise refusal(exc, Refused(agent)) from exc
+        return list(_tiers(read_swept(dropped)))
 
     async def status(
         self, sender: str, ids: Sequence[str], *, session: str | None = None
     ) -> list[MessageStatus]:
-        connection, keys = self.connection, self.keys
+        connection = self.connection
         retention = connection.settings.status_retention_ms
         now = self.clock()
-        index_keys = [keys.registration(sender)]
-        positions: dict[int, int] = {}
-        args: list[str | int] = [session or ""]
+        lookups = []
         for one in ids:
             ms, _, nonce = decode_envelope_id(one)
-            days = sorted({(ms - SKEW_MS) // DAY_MS, (ms + SKEW_MS) // DAY_MS})
-            for day in days:
-                if day not in positions:
-                    index_keys.append(keys.sent_index(sender, day))
-                    positions[day] = len(index_keys)
-            args += (nonce, " ".join(str(positions[day]) for day in days))
+            lookups.append((nonce, sorted({(ms - SKEW_MS) // DAY_MS, (ms + SKEW_MS) // DAY_MS})))
+        call = status_index_call(self.keys, sender, session, lookups)
         try:
-            noted = await connection.script(
-                connection.scripts.status_index, index_keys, args, idempotent=True
+            noted = read_noted(
+                await connection.script(
+                    connection.scripts.status_index, call.keys, call.args, idempotent=True
+                )
             )
         except ResponseError as exc:
-            raise _refusal(exc, sender, session, sender) from exc
+            raise refusal(exc, Refused(sender, session)) from exc
         found: dict[str, list[tuple[int, str, int]]] = {}
         out = [MessageStatus(one, "unknown") for one in ids]
         for i, (one, value) in enumerate(zip(ids, noted, strict=True)):
-            to, _, sent_at = str(value).partition(" ")
-            if value and retention > 0 and decode_envelope_id(one)[0] >= now - retention:
-                found.setdefault(to, []).append((i, one, int(sent_at)))
+            if value is not None and retention > 0 and decode_envelope_id(one)[0] >= now - retention:
+                found.setdefault(value[0], []).append((i, one, value[1]))
         replies = await asyncio.gather(
             *(self._outcomes(to, [x[1] for x in wanted], now) for to, wanted in found.items())
         )
         for (to, wanted), reply in zip(found.items(), replies, strict=True):
-            for (i, one, sent_ms), (state, deliveries, reason) in zip(wanted, reply, strict=True):
-                count = int(str(deliveries))
-                if state != "unknown":
+            for (i, one, sent_ms), outcome in zip(wanted, reply, strict=True):
+                if outcome.state != "unknown":
                     out[i] = MessageStatus(
-                        one, str(state), to, count if count >= 0 else None, sent_ms, str(reason) or None
+                        one, outcome.state, to, outcome.deliveries, sent_ms, outcome.reason
                     )
         return out
 
-    async def _outcomes(self, to: str, ids: list[str], now: int) -> list[list[object]]:
+    async def _outcomes(self, to: str, ids: list[str], now: int) -> list[Outcome]:
         """``status.lua`` on ``to``'s slot; each envelope's outcome record may be in the hash of any day
         from its entry's (less the clocks' skew) to today's, and is looked for newest first."""
-        keys = [self.keys.inbox(to)]
-        positions: dict[int, int] = {}
-        args: list[str | int] = [GROUP, now, REQUEUE_LINEAGE]
-        for one in ids:
-            days = range((now + SKEW_MS) // DAY_MS, (decode_envelope_id(one)[0] - SKEW_MS) // DAY_MS - 1, -1)
-            for day in days:
-                if day not in positions:
-                    keys.append(self.keys.outcomes(to, day))
-                    positions[day] = len(keys)
-            args += (*entry_id(one), " ".join(str(positions[day]) for day in days))
+        newest = (now + SKEW_MS) // DAY_MS
+        lookups = [
+            (entry_id(one), range(newest, (decode_envelope_id(one)[0] - SKEW_MS) // DAY_MS - 1, -1))
+            for one in ids
+        ]
+        call = status_call(self.keys, to, now=now, hops=REQUEUE_LINEAGE, lookups=lookups)
         try:
-            reply: list[list[object]] = await self.connection.script(
-                self.connection.scripts.status, keys, args, idempotent=True
+            reply = await self.connection.script(
+                self.connection.scripts.status, call.keys, call.args, idempotent=True
             )
         except ResponseError as exc:
-            raise _refusal(exc, to, None, to) from exc
-        return reply
+            raise refusal(exc, Refused(to)) from exc
+        return Outcome.read_all(reply)
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         if not ids:
             return AckOutcome()
-        connection, keys = self.connection, self.keys
+        connection = self.connection
         outcomes, until = outcome_hash(connection, agent, self.clock())
-        args: list[str | int] = [session or "", GROUP, until]
-        for one in ids:
-            args += entry_id(one)
+        entries = [entry_id(one) for one in ids]
+        call = ack_call(self.keys, agent, session, entries, outcomes=outcomes, until=until)
         try:
-            replies = await connection.script(
-                connection.scripts.ack,
-                [keys.registration(agent), keys.inbox(agent), outcomes],
-                args,
-                idempotent=True,
-                durable=True,
+            replies = read_acked(
+                await connection.script(
+                    connection.scripts.ack, call.keys, call.args, idempotent=True, durable=True
+                )
             )
         except ResponseError as exc:
-            raise _refusal(exc, agent, session, agent) from exc
+            raise refusal(exc, Refused(agent, session)) from exc
         acknowledged: list[str] = []
         origins: list[tuple[str, Tier]] = []
         unknown: list[str] = []
         for one, reply in zip(ids, replies, strict=True):
-            if isinstance(reply, list):
+            if reply is not None:
                 acknowledged.append(one)
-                origins.append((str(reply[0]), tier_of(str(reply[1]))))
+                origins.append((reply[0], tier_of(reply[1])))
             else:
                 unknown.append(one)
         return AckOutcome(tuple(acknowledged), tuple(unknown), tuple(origins))
 
 
-def _dropped(reply: object) -> tuple[tuple[Tier, str], ...]:
-    if not isinstance(reply, list):
-        return ()
-    return tuple((tier_of(str(reply[i])), str(reply[i + 1])) for i in range(0, len(reply) - 1, 2))
-
-
-def _refusal(
-    exc: ResponseError, agent: str, session: str | None, to: str, key: str | None = None
-) -> RelayError:
-    text = str(exc)
-    if text.startswith("RELAY_IDEMPOTENCY_CONFLICT"):
-        return IdempotencyConflict(agent, key or "")
-    if text.startswith("RELAY_UNREGISTERED"):
-        return UnregisteredAgent(agent)
-    if text.startswith("RELAY_SUPERSEDED"):
-        return SessionSuperseded(agent, session or "")
-    if text.startswith("RELAY_SESSION_UNREGISTERED"):
-        return SessionNotRegistered(agent, session or "")
-    if text.startswith("RELAY_UNKNOWN_RECIPIENT"):
-        return UnknownRecipient(to)
-    if text.startswith("RELAY_NOT_ACCEPTED"):
-        _, tier, accept_from = text.split()[:3]
-        return NotAccepted(to, agent, accept_from, tier)
-    if text.startswith("RELAY_INBOX_FULL"):
-        _, cap, depth = text.split()[:3]
-        return InboxFull(to, int(cap), int(depth))
-    if text.startswith("RELAY_RATE_LIMITED"):
-        return RateLimited(agent, int(text.split()[1]) / 1000)
-    return BackendRefused(f"the message store refused the operation ({text[:200]})")
+def _tiers(dropped: Dropped) -> tuple[tuple[Tier, str], ...]:
+    return tuple((tier_of(tier), reason) for tier, reason in dropped)

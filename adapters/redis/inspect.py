@@ -30,9 +30,10 @@ from redis.asyncio import Redis, RedisCluster
 from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.directory import Directory
 from adapters.redis.entries import entry_ms
-from adapters.redis.keys import DEFAULT_PREFIX, GROUP
+from adapters.redis.keys import DEFAULT_PREFIX
+from adapters.redis.protocol_operator import inspect_call
 from adapters.redis.server import LOCK_FILE, STATE_FILE
-from broker.envelope import format_ms, format_time, from_ms, parse_time
+from broker.envelope import format_ms, parse_ms
 from broker.errors import BackendUnavailable
 
 __all__ = [
@@ -141,13 +142,8 @@ class Inspector:
             chunk = agents[start : start + PIPELINE_CHUNK]
             replies = await asyncio.gather(
                 *(
-                    self.connection.script(
-                        script,
-                        [keys.registration(a), keys.inbox(a), keys.dead_letters(a), keys.delivery_counts(a)],
-                        [GROUP],
-                        idempotent=True,
-                    )
-                    for a in chunk
+                    self.connection.script(script, call.keys, call.args, idempotent=True)
+                    for call in (inspect_call(keys, a) for a in chunk)
                 )
             )
             found.extend(_inspection(a, r, now_ms) for a, r in zip(chunk, replies, strict=True))
@@ -164,7 +160,7 @@ def _inspection(agent: str, reply: object, now_ms: int) -> AgentInspection:
     age = None
     if registered_at:
         with contextlib.suppress(ValueError):
-            age = max(0.0, now_ms / 1000 - parse_time(registered_at).timestamp())
+            age = max(0.0, (now_ms - parse_ms(registered_at)) / 1000)
     oldest_id = str(oldest) if oldest else None
     oldest_age = None
     if oldest_id is not None:
@@ -236,7 +232,7 @@ async def report(
         ) from exc
     finally:
         await connection.close()
-    return Report(redis=shown, time=format_time(from_ms(now_ms)), indexed=len(everyone), agents=found)
+    return Report(redis=shown, time=format_ms(now_ms), indexed=len(everyone), agents=found)
 
 
 def redacted(url: str) -> str:

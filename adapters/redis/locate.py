@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.entries import entry_id
-from adapters.redis.keys import GROUP
+from adapters.redis.protocol_operator import Place, locate_call
 
 DEAD_LETTERS_SEARCHED = 100_000
 """Dead letters of one agent looked through at most (those added since the envelope was sent)."""
@@ -93,33 +93,28 @@ async def locate(
         chunk = agents[start : start + _CHUNK]
         replies = await asyncio.gather(
             *(
-                connection.script(
-                    script,
-                    [keys.inbox(a), keys.dead_letters(a)],
-                    [GROUP, stream_id, nonce, envelope_id, DEAD_LETTERS_SEARCHED],
-                    idempotent=True,
+                connection.script(script, call.keys, call.args, idempotent=True)
+                for call in (
+                    locate_call(keys, a, (stream_id, nonce), envelope_id, most=DEAD_LETTERS_SEARCHED)
+                    for a in chunk
                 )
-                for a in chunk
             )
         )
         for agent, reply in zip(chunk, replies, strict=True):
-            if isinstance(reply, list) and reply:
-                return _located(connection, envelope_id, stream_id, agent, [str(x) for x in reply])
+            place = Place.read(reply)
+            if place is not None:
+                return _located(connection, envelope_id, stream_id, agent, place)
     return Located(envelope_id, stream_id, None, "nowhere", None, None)
 
 
-def _located(
-    connection: RedisConnection, envelope_id: str, stream_id: str, agent: str, row: list[str]
-) -> Located:
-    where, sender, tier, sent_at = row[:4]
-    if where == "inbox":
-        idle = int(row[6])
+def _located(connection: RedisConnection, envelope_id: str, stream_id: str, agent: str, p: Place) -> Located:
+    if p.where == "inbox":
         return Located(
             envelope_id, stream_id, agent, "inbox", connection.keys.inbox(agent), stream_id,
-            sender, tier, sent_at, deliveries=int(row[4]), consumer=row[5] or None,
-            idle_ms=idle if idle >= 0 else None,
+            p.sender, p.tier, p.sent_at, deliveries=p.count, consumer=p.holder or None,
+            idle_ms=p.idle_ms if p.idle_ms >= 0 else None,
         )  # fmt: skip
     return Located(
-        envelope_id, stream_id, agent, "dead", connection.keys.dead_letters(agent), row[7],
-        sender, tier, sent_at, deliveries=int(row[4] or 0), reason=row[5], dead_at=row[6],
+        envelope_id, stream_id, agent, "dead", connection.keys.dead_letters(agent), p.dead_entry,
+        p.sender, p.tier, p.sent_at, deliveries=p.count, reason=p.reason, dead_at=p.dead_at,
     )  # fmt: skip

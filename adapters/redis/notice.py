@@ -15,7 +15,8 @@ from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import announced
-from adapters.redis.inbox import _refusal
+from adapters.redis.errors import Refused, refusal
+from adapters.redis.protocol_inbox import Announcement, notice_call
 from broker.ports import NOTICE_MAX_COUNT, Notice
 
 MAX_CONCURRENT_LOOKS = 4
@@ -58,23 +59,23 @@ class RedisNoticeStore:
         self, agent: str, session: str, remind_after: float, listed: int
     ) -> tuple[Notice, float | None]:
         """The notice due now, and the seconds until a reminder falls due (None: none pending)."""
-        connection, keys = self.connection, self.keys
+        connection = self.connection
+        remind_after_ms = round(remind_after * 1000)
+        call = notice_call(
+            self.keys, agent, session, remind=remind_after_ms, listed=listed, most=NOTICE_MAX_COUNT
+        )
         try:
             async with self._looks:
-                reply = await connection.script(
-                    connection.scripts.notice,
-                    [keys.registration(agent), keys.inbox(agent), keys.notice(agent)],
-                    [session, round(remind_after * 1000), listed, NOTICE_MAX_COUNT],
-                    # not retried: a lost reply may have moved the cursor; the reminder repeats the news
-                    idempotent=False,
+                # not retried: a lost reply may have moved the cursor; the reminder repeats the news
+                reply = Announcement.read(
+                    await connection.script(connection.scripts.notice, call.keys, call.args, idempotent=False)
                 )
         except ResponseError as exc:
-            raise _refusal(exc, agent, session, agent) from exc
-        count, unacknowledged, reminder, due_ms, rows = reply
+            raise refusal(exc, Refused(agent, session)) from exc
         notice = Notice(
-            count=int(count),
-            unacknowledged=int(unacknowledged),
-            reminder=bool(int(reminder)),
-            envelopes=tuple(announced(row) for row in rows),
+            count=reply.count,
+            unacknowledged=reply.unacknowledged,
+            reminder=reply.reminder,
+            envelopes=tuple(announced(row) for row in reply.rows),
         )
-        return notice, (int(due_ms) / 1000 if int(due_ms) >= 0 else None)
+        return notice, (reply.due_ms / 1000 if reply.due_ms is not None else None)

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import entry_ms, rows
 from adapters.redis.inspect import AgentInspection, Inspector
-from adapters.redis.keys import GROUP
+from adapters.redis.protocol_operator import peek_call
 from adapters.redis.wake import subscriber_client
 from broker.envelope import Tier
 from broker.errors import BackendUnavailable
@@ -66,8 +66,9 @@ class RedisOperatorView:
         return await self._peek(agent, start, limit)
 
     async def _peek(self, agent: str, start: str, limit: int) -> list[StoredEnvelope]:
+        call = peek_call(self.keys, agent, start, limit)
         reply = await self.connection.script(
-            self.connection.scripts.peek, [self.keys.inbox(agent)], [GROUP, start, limit], idempotent=True
+            self.connection.scripts.peek, call.keys, call.args, idempotent=True
         )
         return rows(agent, reply)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
@@ -12,10 +11,10 @@ from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.entries import tier_of
 from adapters.redis.errors import store_error
-from adapters.redis.keys import GROUP
+from adapters.redis.protocol_operator import Registered, register_call
 from broker.addresses import Address
-from broker.envelope import format_time, from_ms, now_ms, parse_time
-from broker.ports import SUPERSEDED_SESSIONS_KEPT, RegisterOutcome, Registration
+from broker.envelope import now_ms, parse_ms
+from broker.ports import RegisterOutcome, Registration
 
 
 class RedisRegistry:
@@ -34,16 +33,13 @@ class RedisRegistry:
         return await self.connection.ping()
 
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
-        now = format_time(from_ms(now_ms()))
-        keys = self.keys
-        tail = (GROUP, keys.wake_channel(), SUPERSEDED_SESSIONS_KEPT)
+        now = now_ms()
+        call = register_call(self.keys, agent, address, session, now=now)
         try:
-            previous, registered_at, created = await self.connection.script(
-                self.connection.scripts.register,
-                [keys.registration(agent), keys.inbox(agent)],
-                [agent, address.provider, address.endpoint, address.tier.label, session, now, *tail],
-                idempotent=True,
-                durable=True,
+            reply = Registered.read(
+                await self.connection.script(
+                    self.connection.scripts.register, call.keys, call.args, idempotent=True, durable=True
+                )
             )
         except ResponseError as exc:
             raise store_error(exc) from exc
@@ -53,11 +49,11 @@ class RedisRegistry:
             endpoint=address.endpoint,
             tier=address.tier,
             session=session,
-            registered_at=parse_time(str(registered_at)),
-            updated_at=parse_time(now),
+            registered_at_ms=parse_ms(reply.registered_at),
+            updated_at_ms=now,
         )
-        superseded = str(previous) if previous and previous != session else None
-        return RegisterOutcome(registration, bool(int(str(created))), superseded)
+        superseded = reply.previous if reply.previous and reply.previous != session else None
+        return RegisterOutcome(registration, reply.created, superseded)
 
     async def get(self, agent: str) -> Registration | None:
         key = self.keys.registration(agent)
@@ -94,15 +90,15 @@ def _registration(agent: str, row: Mapping[str, str]) -> Registration:
         endpoint=row.get("endpoint", ""),
         tier=tier_of(row.get("tier", "network")),
         session=row.get("session", ""),
-        registered_at=parse_time(row["registered_at"]),
-        updated_at=parse_time(row["updated_at"]),
-        last_seen=seen_at(row),
+        registered_at_ms=parse_ms(row["registered_at"]),
+        updated_at_ms=parse_ms(row["updated_at"]),
+        last_seen_ms=seen_at_ms(row),
         superseded=tuple(row.get("superseded", "").split()),
     )
 
 
-def seen_at(row: Mapping[str, str]) -> datetime | None:
+def seen_at_ms(row: Mapping[str, str]) -> int | None:
     """The registration hash's ``seen_at`` (milliseconds of Redis ``TIME``, written by the register,
-    fetch and ack scripts) as a time; None when absent."""
+    fetch and ack scripts); None when absent."""
     text = row.get("seen_at", "")
-    return from_ms(int(text)) if text.isdigit() else None
+    return int(text) if text.isdigit() else None

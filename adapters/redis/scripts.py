@@ -1,4 +1,5 @@
-"""The Lua scripts (``lua/*.lua``; each file's header documents its KEYS and ARGV) and their loading.
+"""The Lua scripts (``lua/*.lua``; each names its KEYS and ARGV once at its top, and
+``adapters/redis/protocol*.py`` build them and read the replies) and their loading.
 
 Every script touches the keys of one hash slot (all named with one ``{agent}`` tag), so each runs on
 one cluster node. Scripts that read or write inbox entries start with ``lua/_entry.lua``, the one

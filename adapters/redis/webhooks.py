@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.errors import store_error
+from adapters.redis.protocol_operator import webhook_release_call, webhook_secret_call
 from broker.webhooks import WebhookTarget, is_webhook_endpoint
 
 
@@ -21,12 +22,9 @@ class RedisWebhooks:
 
     async def set_secret(self, agent: str, session: str, endpoint: str, secret: str) -> bool:
         try:
+            call = webhook_secret_call(self.keys, agent, session, endpoint, secret)
             stored = await self.connection.script(
-                self.connection.scripts.webhook_secret,
-                [self.keys.registration(agent)],
-                [session, endpoint, secret],
-                idempotent=True,
-                durable=True,
+                self.connection.scripts.webhook_secret, call.keys, call.args, idempotent=True, durable=True
             )
         except ResponseError as exc:
             raise store_error(exc) from exc
@@ -59,11 +57,9 @@ class RedisWebhooks:
 
     async def release(self, agent: str, holder: str) -> None:
         try:
+            call = webhook_release_call(self.keys, agent, holder)
             await self.connection.script(
-                self.connection.scripts.webhook_release,
-                [self.keys.webhook_claim(agent)],
-                [holder],
-                idempotent=True,
+                self.connection.scripts.webhook_release, call.keys, call.args, idempotent=True
             )
         except ResponseError as exc:
             raise store_error(exc) from exc

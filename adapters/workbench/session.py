@@ -47,7 +47,7 @@ from typing import Protocol, Self
 from broker import schemas
 from broker.addresses import WorkbenchAddress
 from broker.agent_message import KIND_LABELS, AgentMessage
-from broker.envelope import Envelope, format_time
+from broker.envelope import Envelope, format_ms
 from broker.errors import InvalidArgument, RelayError, error_body
 from broker.ids import check_agent_id, check_session_id
 from broker.messenger import Messenger
@@ -127,7 +127,7 @@ def format_prompt(envelope: Envelope[AgentMessage]) -> str:
         f"in_reply_to: {message.in_reply_to if message.HasField('in_reply_to') else '-'}",
         f"reference: {message.reference if message.HasField('reference') else '-'}",
         f"tier: {envelope.tier.label}",
-        f"sent_at: {format_time(envelope.sent_at)}",
+        f"sent_at: {format_ms(envelope.sent_at_ms)}",
         f"attempt: {max(envelope.deliveries, 1)}",
         f"--- begin message {fence} ---",
         message.text,

@@ -19,7 +19,7 @@ from mcp.types import CallToolResult
 from broker import schemas
 from broker.addresses import HumanAddress, host_providers, network_providers
 from broker.agent_message import AgentMessage
-from broker.envelope import Envelope, format_time
+from broker.envelope import Envelope, format_ms
 from broker.errors import (
     InternalError,
     InvalidAddress,
@@ -247,6 +247,7 @@ class FetchAgentInbox(RelayTool):
             raise InvalidArgument(
                 "wait_ms", "wait_ms.range", f"must be a whole number of milliseconds, 0 to {self.max_wait_ms}"
             )
+        # the relay caps the wait (max_wait); clamped here first only so a huge integer still converts
         wait = min(wait_ms, self.max_wait_ms) / 1000 if wait_ms else None
         fetching = self.relay.fetch(who.agent, limit, wait, session=who.session)
         # a parked fetch whose caller hung up or cancelled it gives its wait slot back at once
@@ -290,11 +291,11 @@ class FetchAgentInbox(RelayTool):
             "from": envelope.sender,
             "tier": envelope.tier.label,
             "message": self.relay.contract.to_json(envelope.message),
-            "sent_at": format_time(envelope.sent_at),
+            "sent_at": format_ms(envelope.sent_at_ms),
             "deliveries": envelope.deliveries,
         }
-        if envelope.expires_at is not None:
-            item["expires_at"] = format_time(envelope.expires_at)
+        if envelope.expires_at_ms is not None:
+            item["expires_at"] = format_ms(envelope.expires_at_ms)
         return item
 
 

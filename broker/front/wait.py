@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from starlette.responses import JSONResponse
 
 from broker.agent_message import KIND_LABELS, AgentMessage
-from broker.envelope import format_time
+from broker.envelope import format_ms
 from broker.errors import InternalError, InvalidArgument, RelayError, error_body, json_type
 from broker.front.errors import http_status
 from broker.front.hangup import hung_up
@@ -138,7 +138,7 @@ def answer(notice: MailNotice[AgentMessage]) -> dict[str, object]:
                 "from": envelope.sender,
                 "kind": KIND_LABELS.get(envelope.message.kind, str(envelope.message.kind)),
                 "preview": preview(envelope.message.text),
-                "sent_at": format_time(envelope.sent_at),
+                "sent_at": format_ms(envelope.sent_at_ms),
             }
             for envelope in notice.envelopes
         ],

@@ -17,7 +17,7 @@ from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.inspect import report
 from adapters.redis.keys import DEFAULT_PREFIX
 from broker.delivery import DeadLetter
-from broker.envelope import format_time, from_ms
+from broker.envelope import format_ms
 from broker.errors import InvalidArgument, RelayError
 from broker.ids import check_agent_id, is_envelope_id
 from broker.text import counted, escaped, shown
@@ -126,7 +126,7 @@ def _list(args: argparse.Namespace) -> int:
         kind = shown(letter.fields.get("kind", "-"), 16)
         print(
             f"{escaped(letter.envelope_id)}  from={escaped(letter.sender)}  attempts={letter.attempts}  "
-            f"dead_at={format_time(from_ms(letter.dead_at_ms))}  kind={kind}"
+            f"dead_at={format_ms(letter.dead_at_ms)}  kind={kind}"
         )
         print(f"    reason: {shown(letter.reason, 200)}")
         print(f"    text:   {shown(letter.fields.get('text', '-'), _TEXT_CHARS)}")
@@ -166,10 +166,10 @@ def _json(letter: DeadLetter) -> dict[str, object]:
         "from": letter.sender,
         "to": letter.to,
         "tier": letter.tier.label,
-        "sent_at": format_time(from_ms(letter.sent_at_ms)),
+        "sent_at": format_ms(letter.sent_at_ms),
         "attempts": letter.attempts,
         "reason": letter.reason,
-        "dead_at": format_time(from_ms(letter.dead_at_ms)),
+        "dead_at": format_ms(letter.dead_at_ms),
         "fields": dict(letter.fields),
     }
     if letter.requeued_from:

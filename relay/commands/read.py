@@ -29,7 +29,9 @@ from relay.shell import call_tool, envelope_json, envelope_text, operator_view
 if TYPE_CHECKING:
     from relay.commands import Subparsers
 
-MAX_WAIT_SECONDS = 3600
+MAX_READ_WAIT_SECONDS = 3600
+"""The longest ``relay read --wait`` may ask for: the shell polls the read-only view itself, so this is
+not the relay's ``MAX_WAIT_SECONDS`` (one FetchAgentInbox long-poll)."""
 POLL_SECONDS = 0.25
 """How often ``--wait`` looks again (one read-only script call each time)."""
 
@@ -46,10 +48,10 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--ack", action="store_true", help="acknowledge what is shown (through the relay)")
     parser.add_argument(
         "--wait",
-        type=bounded_int(0, MAX_WAIT_SECONDS, "seconds"),
+        type=bounded_int(0, MAX_READ_WAIT_SECONDS, "seconds"),
         default=0,
         metavar="SECONDS",
-        help=f"when the inbox is empty, wait up to SECONDS (0..{MAX_WAIT_SECONDS}) for an envelope",
+        help=f"when the inbox is empty, wait up to SECONDS (0..{MAX_READ_WAIT_SECONDS}) for an envelope",
     )
     parser.add_argument(
         "--limit",

@@ -39,7 +39,9 @@ local function entry_expired(fields, now_ms)
   return at ~= nil and tonumber(at) <= now_ms
 end
 -- the envelope id of stream entry `id` with `nonce` (broker/ids.py: Crockford base32 of 50 bits of
--- milliseconds, 30 of sequence, then the nonce); Lua numbers are doubles, exact up to 2^53
+-- milliseconds, 30 of sequence, then the nonce); Lua numbers are doubles, exact up to 2^53. Only where
+-- a script itself writes or reads a dead letter's envelope_id: replies carry the stream id and nonce,
+-- and Python encodes (tests/test_script_protocol.py checks the two encodings agree)
 local crockford = '0123456789ABCDEFGHJKMNPQRSTVWXYZ'
 local function base32(value, chars)
   local out = {}

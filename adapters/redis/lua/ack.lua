@@ -1,8 +1,12 @@
 -- ack.lua: acknowledge and delete delivered envelopes of the caller's own inbox.
--- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] outcome hash of the day (the senders' status)
--- ARGV[1] session ("" = do not check)   ARGV[2] consumer group
--- ARGV[3] when outcome records expire (ms since the epoch; 0 = no records)
--- ARGV[4..] stream entry id, nonce pairs (decoded from envelope ids)
+-- Built by adapters/redis/protocol_inbox.py (ack_call), which reads the reply (acked).
+local registration = KEYS[1] -- registration hash
+local inbox = KEYS[2] -- inbox stream
+local outcomes = KEYS[3] -- outcome hash of the day (the senders' status)
+local session = ARGV[1] -- "" = do not check
+local group = ARGV[2] -- consumer group
+local until_ms = ARGV[3] -- when outcome records expire (ms since the epoch; 0 = no records)
+local first_pair = 4 -- ARGV[4..]: stream entry id, nonce pairs (decoded from envelope ids)
 -- An entry is acknowledged only if it exists, its nonce matches and it was delivered (XACK says 1);
 -- it is then deleted (XDEL), so acknowledged envelopes never accumulate, and its outcome is recorded
 -- with its delivery count ('acked', _entry.lua) for its sender's status.
@@ -10,21 +14,21 @@
 -- Records seen_at (note_seen, _session.lua). Works at maxmemory: XACK and XDEL come first, and Redis
 -- does not refuse them there (they free memory); the outcome records after them are let through too.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
-local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
-local refused = session_refusal(registered[1], registered[2], ARGV[1])
+local registered = redis.call('HMGET', registration, 'session', 'superseded')
+local refused = session_refusal(registered[1], registered[2], session)
 if refused then
   return refused
 end
 local out, records = {}, {}
-for i = 4, #ARGV, 2 do
+for i = first_pair, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
-  local fields = entry_with_nonce(KEYS[2], id, nonce)
+  local fields = entry_with_nonce(inbox, id, nonce)
   local result = 0
   if fields then
-    local row = redis.call('XPENDING', KEYS[2], ARGV[2], id, id, 1)[1]
+    local row = redis.call('XPENDING', inbox, group, id, id, 1)[1]
     local count = row and row[4]
-    if count and redis.call('XACK', KEYS[2], ARGV[2], id) == 1 then
-      redis.call('XDEL', KEYS[2], id)
+    if count and redis.call('XACK', inbox, group, id) == 1 then
+      redis.call('XDEL', inbox, id)
       records[#records + 1] = nonce
       records[#records + 1] = id .. ' ' .. count .. ' acked'
       result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}
@@ -32,6 +36,6 @@ for i = 4, #ARGV, 2 do
   end
   out[#out + 1] = result
 end
-entry_outcomes(KEYS[3], ARGV[3], records)
-note_seen(KEYS[1])
+entry_outcomes(outcomes, until_ms, records)
+note_seen(registration)
 return out

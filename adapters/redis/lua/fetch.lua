@@ -1,9 +1,18 @@
 -- fetch.lua: the caller's unacknowledged envelopes, oldest first: pending ones, then new ones.
--- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] dead-letter stream
--- KEYS[4] outcome hash of the day (the senders' status)   KEYS[5] per-agent counts hash
--- ARGV[1] session ("" = do not check)   ARGV[2] consumer group   ARGV[3] consumer name   ARGV[4] count
--- ARGV[5] now (ms since the epoch)   ARGV[6] max deliveries (0 = no limit)   ARGV[7] dead_at (ISO-8601)
--- ARGV[8] when outcome records expire (ms since the epoch; 0 = no records)
+-- Built by adapters/redis/protocol_inbox.py (fetch_call), which reads the reply (Fetch).
+local registration = KEYS[1] -- registration hash
+local inbox = KEYS[2] -- inbox stream
+local dead = KEYS[3] -- dead-letter stream
+local outcomes = KEYS[4] -- outcome hash of the day (the senders' status)
+local counts_key = KEYS[5] -- per-agent counts hash
+local session = ARGV[1] -- "" = do not check
+local group = ARGV[2] -- consumer group
+local consumer = ARGV[3] -- consumer name
+local count = tonumber(ARGV[4])
+local now = tonumber(ARGV[5]) -- ms since the epoch
+local max_deliveries = tonumber(ARGV[6]) -- 0 = no limit
+local dead_at = ARGV[7] -- ISO-8601, as dead letters store it
+local until_ms = ARGV[8] -- when outcome records expire (ms since the epoch; 0 = no records)
 -- An entry whose expires_at has passed is never handed out: it moves to the dead letters with reason
 -- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
 -- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash.
@@ -12,21 +21,19 @@
 -- Returns {rows, dropped}: rows is a flat list, for each entry {id, {field, value, ...}, deliveries,
 -- first (1|0)}; dropped is a flat list of tier, reason for every entry moved to the dead letters.
 -- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
-local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
-local refused = session_refusal(registered[1], registered[2], ARGV[1])
+local registered = redis.call('HMGET', registration, 'session', 'superseded')
+local refused = session_refusal(registered[1], registered[2], session)
 if refused then
   return refused
 end
-local group, consumer, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local now, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
 local function read(from, n)
-  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', KEYS[2], from)
+  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', inbox, from)
   if type(reply) == 'table' and reply.err then
     if not string.find(reply.err, 'NOGROUP', 1, true) then
       return redis.error_reply(reply.err)
     end
-    redis.call('XGROUP', 'CREATE', KEYS[2], group, '0', 'MKSTREAM')
-    reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', KEYS[2], from)
+    redis.call('XGROUP', 'CREATE', inbox, group, '0', 'MKSTREAM')
+    reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', inbox, from)
   end
   if not reply or not reply[1] then
     return {}
@@ -35,8 +42,8 @@ local function read(from, n)
 end
 local out, dropped = {}, {}
 local function drop(e, attempts, reason)
-  entry_dead(KEYS[2], KEYS[3], group, e, attempts, reason, ARGV[7], KEYS[4], ARGV[8])
-  redis.call('HINCRBY', KEYS[5], reason, 1)
+  entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms)
+  redis.call('HINCRBY', counts_key, reason, 1)
   dropped[#dropped + 1] = entry_field(e[2], 'tier') or 'network'
   dropped[#dropped + 1] = reason
 end
@@ -46,7 +53,7 @@ if pending.err then
 end
 if #pending > 0 then
   local counts = {}
-  local detail = redis.call('XPENDING', KEYS[2], group, pending[1][1], pending[#pending][1], #pending, consumer)
+  local detail = redis.call('XPENDING', inbox, group, pending[1][1], pending[#pending][1], #pending, consumer)
   for _, row in ipairs(detail) do
     counts[row[1]] = row[4]
   end
@@ -63,7 +70,7 @@ if #pending > 0 then
       end
     else
       -- deleted by hand while pending: nothing left to deliver, so release it
-      redis.call('XACK', KEYS[2], group, e[1])
+      redis.call('XACK', inbox, group, e[1])
     end
   end
 end
@@ -88,5 +95,5 @@ for _ = 1, 8 do
   end
   exhausted = not moved
 end
-note_seen(KEYS[1])
+note_seen(registration)
 return {out, dropped}

@@ -1,8 +1,12 @@
 -- notice.lua: announce what an agent was not told about ("mail pending"); reads the inbox, never the
--- consumer group (no XREADGROUP, XACK or XCLAIM: fetch results and delivery counts are untouched).
--- KEYS[1] registration hash   KEYS[2] inbox stream   KEYS[3] notice hash (session, cursor, at)
--- ARGV[1] session   ARGV[2] remind after, ms (0 = never)   ARGV[3] envelopes to list
--- ARGV[4] envelopes to announce at most
+-- Built by adapters/redis/protocol_inbox.py (notice_call), which reads the reply (Announcement).
+local registration = KEYS[1] -- registration hash
+local inbox = KEYS[2] -- inbox stream
+local notice = KEYS[3] -- notice hash (session, cursor, at)
+local session = ARGV[1]
+local remind = tonumber(ARGV[2]) -- remind after, ms (0 = never)
+local listed = tonumber(ARGV[3]) -- envelopes to list
+local most = tonumber(ARGV[4]) -- envelopes to announce at most
 -- The cursor (the newest entry id announced) belongs to one session: another session starts again
 -- from the oldest entry. Entries after the cursor are announced and the cursor moves past them; with
 -- nothing new, a reminder of the unacknowledged entries is due `remind after` ms after the last notice.
@@ -10,23 +14,22 @@
 -- script's first): the notice is answered all the same, and the next wait announces that mail again
 -- (told twice rather than never while inboxes are full).
 -- Returns {count, unacknowledged, reminder (1|0), ms until a reminder is due (-1 = none),
---          {{entry id, {field, value, ...}}, ...} (the oldest announced, at most ARGV[3])}.
+--          {{entry id, {field, value, ...}}, ...} (the oldest announced, at most listed)}.
 -- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
 -- (_session.lua).
-local registered = redis.call('HMGET', KEYS[1], 'session', 'superseded')
-local refused = session_refusal(registered[1], registered[2], ARGV[1])
+local registered = redis.call('HMGET', registration, 'session', 'superseded')
+local refused = session_refusal(registered[1], registered[2], session)
 if refused then
   return refused
 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local remind, listed, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local state = redis.call('HMGET', KEYS[3], 'session', 'cursor', 'at')
+local state = redis.call('HMGET', notice, 'session', 'cursor', 'at')
 local cursor, at = '0-0', 0
-if state[1] == ARGV[1] and state[2] then
+if state[1] == session and state[2] then
   cursor, at = state[2], tonumber(state[3]) or 0
 end
-local unacknowledged = redis.call('XLEN', KEYS[2])
+local unacknowledged = redis.call('XLEN', inbox)
 local function head(entries)
   local out = {}
   for i = 1, math.min(#entries, listed) do
@@ -34,9 +37,9 @@ local function head(entries)
   end
   return out
 end
-local fresh = redis.call('XRANGE', KEYS[2], '(' .. cursor, '+', 'COUNT', most)
+local fresh = redis.call('XRANGE', inbox, '(' .. cursor, '+', 'COUNT', most)
 if #fresh > 0 then
-  redis.pcall('HSET', KEYS[3], 'session', ARGV[1], 'cursor', fresh[#fresh][1], 'at', now)
+  redis.pcall('HSET', notice, 'session', session, 'cursor', fresh[#fresh][1], 'at', now)
   return {#fresh, unacknowledged, 0, -1, head(fresh)}
 end
 if unacknowledged == 0 or remind <= 0 then
@@ -46,6 +49,6 @@ local due = at + remind - now
 if due > 0 then
   return {0, unacknowledged, 0, due, {}}
 end
-redis.pcall('HSET', KEYS[3], 'at', now)
-local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', listed)
+redis.pcall('HSET', notice, 'at', now)
+local oldest = redis.call('XRANGE', inbox, '-', '+', 'COUNT', listed)
 return {math.min(unacknowledged, most), unacknowledged, 1, -1, head(oldest)}

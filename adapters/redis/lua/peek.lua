@@ -1,12 +1,14 @@
 -- peek.lua: unacknowledged entries of one inbox, oldest first, read-only (nothing handed out or counted).
--- KEYS[1] inbox stream
--- ARGV[1] consumer group   ARGV[2] first entry id (inclusive, or '(' id for exclusive, or '-')
--- ARGV[3] count
+-- Built by adapters/redis/protocol_operator.py (peek_call).
+local inbox = KEYS[1] -- inbox stream
+local group = ARGV[1] -- consumer group
+local first = ARGV[2] -- first entry id (inclusive, or '(' id for exclusive, or '-')
+local count = tonumber(ARGV[3])
 -- Returns a flat list: for each entry {id, {field, value, ...}, deliveries so far (0 = never fetched), 0}.
-local entries = redis.call('XRANGE', KEYS[1], ARGV[2], '+', 'COUNT', tonumber(ARGV[3]))
+local entries = redis.call('XRANGE', inbox, first, '+', 'COUNT', count)
 local counts = {}
 if #entries > 0 then
-  local detail = redis.pcall('XPENDING', KEYS[1], ARGV[1], entries[1][1], entries[#entries][1], #entries)
+  local detail = redis.pcall('XPENDING', inbox, group, entries[1][1], entries[#entries][1], #entries)
   if type(detail) == 'table' and not detail.err then
     for _, row in ipairs(detail) do
       counts[row[1]] = row[4]

@@ -1,40 +1,48 @@
 -- register.lua: upsert an agent's registration and make sure its inbox stream and group exist.
--- KEYS[1] registration hash   KEYS[2] inbox stream   (one agent: one hash slot)
--- ARGV[1] agent id   ARGV[2] provider   ARGV[3] endpoint   ARGV[4] tier label   ARGV[5] session
--- ARGV[6] now (ISO-8601 UTC)   ARGV[7] consumer group name   ARGV[8] wake-up channel
--- ARGV[9] how many superseded sessions to remember (field 'superseded', read by _session.lua)
+-- Built by adapters/redis/protocol_operator.py (register_call), which reads the reply (Registered).
+local registration = KEYS[1] -- registration hash (one agent: one hash slot)
+local inbox = KEYS[2] -- inbox stream
+local agent = ARGV[1] -- agent id
+local provider = ARGV[2]
+local endpoint = ARGV[3]
+local tier = ARGV[4] -- tier label
+local session = ARGV[5]
+local now = ARGV[6] -- ISO-8601 UTC, as registered_at and updated_at are stored
+local group = ARGV[7] -- consumer group name
+local wake_channel = ARGV[8]
+local most = tonumber(ARGV[9]) -- how many superseded sessions to remember (field 'superseded', read by _session.lua)
 -- Any webhook secret of the previous registration is dropped (see webhook_secret.lua).
 -- A new session wakes the agent's parked long-polls (they look again and find themselves superseded).
 -- Also records seen_at (ms of Redis TIME): the agent's last registration, fetch or acknowledgement.
 -- Returns {previous session or "", registered_at, created (1|0)}.
-local previous = redis.call('HMGET', KEYS[1], 'session', 'registered_at', 'superseded')
+local previous = redis.call('HMGET', registration, 'session', 'registered_at', 'superseded')
 local created = 0
 local registered_at = previous[2]
 if not registered_at then
-  registered_at = ARGV[6]
+  registered_at = now
   created = 1
 end
-redis.call('HSET', KEYS[1],
-  'agent', ARGV[1], 'provider', ARGV[2], 'endpoint', ARGV[3], 'tier', ARGV[4],
-  'session', ARGV[5], 'registered_at', registered_at, 'updated_at', ARGV[6])
-redis.call('HDEL', KEYS[1], 'webhook_secret')
-local now = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
-local ok = redis.pcall('XGROUP', 'CREATE', KEYS[2], ARGV[7], '0', 'MKSTREAM')
+redis.call('HSET', registration,
+  'agent', agent, 'provider', provider, 'endpoint', endpoint, 'tier', tier,
+  'session', session, 'registered_at', registered_at, 'updated_at', now)
+redis.call('HDEL', registration, 'webhook_secret')
+local clock = redis.call('TIME')
+redis.call('HSET', registration, 'seen_at', clock[1] * 1000 + math.floor(clock[2] / 1000))
+local ok = redis.pcall('XGROUP', 'CREATE', inbox, group, '0', 'MKSTREAM')
 if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, true) then
   return redis.error_reply(ok.err)
 end
-if previous[1] and previous[1] ~= ARGV[5] then
-  local kept, most = {previous[1]}, tonumber(ARGV[9])
+if previous[1] and previous[1] ~= session then
+  local kept = {previous[1]}
   for s in string.gmatch(previous[3] or '', '%S+') do
     if #kept >= most then
       break
     end
-    if s ~= ARGV[5] and s ~= previous[1] then
+    if s ~= session and s ~= previous[1] then
       kept[#kept + 1] = s
     end
   end
-  redis.call('HSET', KEYS[1], 'superseded', table.concat(kept, ' '))
-  redis.call('PUBLISH', ARGV[8], ARGV[1])
+  redis.call('HSET', registration, 'superseded', table.concat(kept, ' '))
+  redis.call('PUBLISH', wake_channel, agent)
 end
 return {previous[1] or '', registered_at, created}

@@ -1,13 +1,19 @@
 -- requeue.lua: move dead letters back into the inbox as new entries, oldest first.
--- KEYS[1] dead-letter stream   KEYS[2] inbox stream   KEYS[3] outcome hash of the day (the senders' status)
--- ARGV[1] consumer group   ARGV[2] wake-up channel   ARGV[3] agent id
--- ARGV[4] when outcome records expire (ms since the epoch; 0 = no records)
--- ARGV[5] earlier ids a requeued entry remembers at most
--- ARGV[6] n = how many envelope ids follow (0 = take the oldest dead letters)
--- ARGV[7 .. 6+n] envelope ids to requeue   ARGV[7+n ..] fresh nonces, one per envelope to requeue at most
+-- Built by adapters/redis/protocol_delivery.py (requeue_call).
+local dead = KEYS[1] -- dead-letter stream
+local inbox = KEYS[2] -- inbox stream
+local outcomes = KEYS[3] -- outcome hash of the day (the senders' status)
+local group = ARGV[1] -- consumer group
+local wake_channel = ARGV[2]
+local agent = ARGV[3] -- agent id
+local until_ms = ARGV[4] -- when outcome records expire (ms since the epoch; 0 = no records)
+local lineage = tonumber(ARGV[5]) -- earlier ids a requeued entry remembers at most
+local n = tonumber(ARGV[6]) -- how many envelope ids follow (0 = take the oldest dead letters)
+local first_id = 7 -- ARGV[7 .. 6+n] envelope ids to requeue; ARGV[7+n ..] fresh nonces, one per envelope
+-- to requeue at most
 -- Each dead letter becomes a new inbox entry (new stream id, new nonce, so a new envelope id) with its
 -- from, tier, sent_at and body fields (not expires_at), plus requeued_from = its old envelope id and
--- the ids it had before that (newest first, space-separated, at most ARGV[5]); then it is XDELed from
+-- the ids it had before that (newest first, space-separated, at most lineage); then it is XDELed from
 -- the dead-letter stream, and its old nonce's outcome record says where it went ('requeued',
 -- _entry.lua), so its sender's status follows it. The inbox cap is not checked: an operator asked for
 -- this. When anything was requeued the agent id is published on the wake-up channel.
@@ -16,28 +22,27 @@
 local dropped = {
   envelope_id = true, attempts = true, reason = true, dead_at = true, requeued_from = true, expires_at = true,
 }
-local group, n, lineage = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[5])
 local wanted, nonces = nil, {}
 if n > 0 then
   wanted = {}
-  for i = 7, 6 + n do
+  for i = first_id, first_id + n - 1 do
     wanted[ARGV[i]] = true
   end
 end
-for i = 7 + n, #ARGV do
+for i = first_id + n, #ARGV do
   nonces[#nonces + 1] = ARGV[i]
 end
 if #nonces == 0 then
   return {}
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then
+if redis.call('EXISTS', inbox) == 0 then
   -- the inbox stream was removed by hand: recreate it with its group
-  redis.call('XGROUP', 'CREATE', KEYS[2], group, '0', 'MKSTREAM')
+  redis.call('XGROUP', 'CREATE', inbox, group, '0', 'MKSTREAM')
 end
 local out, taken = {}, 0
 local cursor = '-'
 while taken < #nonces do
-  local page = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', 256)
+  local page = redis.call('XRANGE', dead, cursor, '+', 'COUNT', 256)
   if #page == 0 then
     break
   end
@@ -67,12 +72,12 @@ while taken < #nonces do
       entry[#entry + 1] = table.concat(from, ' ')
       entry[#entry + 1] = 'nonce'
       entry[#entry + 1] = nonce
-      local new_id = redis.call('XADD', KEYS[2], '*', unpack(entry))
-      redis.call('XDEL', KEYS[1], e[1])
+      local new_id = redis.call('XADD', inbox, '*', unpack(entry))
+      redis.call('XDEL', dead, e[1])
       local old_id, old_nonce = entry_of(old)
       local attempts = entry_field(fields, 'attempts') or '0'
       local went = old_id .. ' ' .. attempts .. ' requeued ' .. new_id .. ' ' .. nonce
-      entry_outcome(KEYS[3], ARGV[4], old_nonce, went)
+      entry_outcome(outcomes, until_ms, old_nonce, went)
       out[#out + 1] = old
       out[#out + 1] = new_id
       out[#out + 1] = nonce
@@ -81,6 +86,6 @@ while taken < #nonces do
   cursor = '(' .. page[#page][1]
 end
 if #out > 0 then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  redis.call('PUBLISH', wake_channel, agent)
 end
 return out

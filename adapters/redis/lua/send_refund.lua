@@ -1,17 +1,21 @@
 -- send_refund.lua: undo step 1 of a send that step 2 refused (unknown recipient, full inbox).
--- KEYS[1] sender rate-limit hash   KEYS[2] the sender's status index of the day
--- KEYS[3] the idempotency claim, only when ARGV[3] is '1'
--- ARGV[1] burst (bucket size; 0 = no token was taken)   ARGV[2] nonce   ARGV[3] claimed (1|0)
+-- Built by adapters/redis/protocol.py (send_call, with_refund).
+local bucket_key = KEYS[1] -- sender rate-limit hash
+local day_index = KEYS[2] -- the sender's status index of the day
+local claim_key = KEYS[3] -- the idempotency claim, only when claimed is '1'
+local burst = ARGV[1] -- bucket size ('0' = no token was taken; send_check.lua's third reply)
+local nonce = ARGV[2]
+local claimed = ARGV[3] -- 1|0
 -- Gives back the rate token send_check.lua took (never above the bucket size), forgets the nonce in the
 -- status index and releases the idempotency claim, so the same key may be sent again. Returns 1.
-if ARGV[1] ~= '0' then
-  local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens'))
+if burst ~= '0' then
+  local tokens = tonumber(redis.call('HGET', bucket_key, 'tokens'))
   if tokens then
-    redis.call('HSET', KEYS[1], 'tokens', tostring(math.min(math.max(tonumber(ARGV[1]), 1), tokens + 1)))
+    redis.call('HSET', bucket_key, 'tokens', tostring(math.min(math.max(tonumber(burst), 1), tokens + 1)))
   end
 end
-redis.call('HDEL', KEYS[2], ARGV[2])
-if ARGV[3] == '1' then
-  redis.call('DEL', KEYS[3])
+redis.call('HDEL', day_index, nonce)
+if claimed == '1' then
+  redis.call('DEL', claim_key)
 end
 return 1

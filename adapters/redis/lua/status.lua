@@ -1,6 +1,10 @@
 -- status.lua: what became of envelopes in one recipient's inbox, for their sender's status.
--- KEYS[1] inbox stream   KEYS[2..] outcome hashes of the days a record may be in (one per day)
--- ARGV[1] consumer group   ARGV[2] now (ms since the epoch)   ARGV[3] requeues followed at most
+-- Built by adapters/redis/protocol_inbox.py (status_call), which reads the reply (Outcome).
+local inbox = KEYS[1] -- inbox stream; KEYS[2..] outcome hashes of the days a record may be in (one per day)
+local group = ARGV[1] -- consumer group
+local now = tonumber(ARGV[2]) -- ms since the epoch
+local hops = tonumber(ARGV[3]) -- requeues followed at most
+local first_envelope = 4
 -- ARGV[4..] per envelope: stream entry id, nonce, the KEYS positions of its outcome days, newest first
 -- ("<i> <j> ...")
 -- Read-only. An entry still in the inbox is 'delivered' when pending (with its delivery count),
@@ -10,9 +14,8 @@
 -- it became. Without such a record (the nonce at another position, an entry deleted by hand) it is
 -- 'unknown'.
 -- Returns per envelope {state, deliveries (-1 = not known), reason or ''}.
-local group, now, hops = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local function live(fields, id)
-  local row = redis.pcall('XPENDING', KEYS[1], group, id, id, 1)
+  local row = redis.pcall('XPENDING', inbox, group, id, id, 1)
   local deliveries = 0
   if type(row) == 'table' and not row.err and row[1] then
     deliveries = row[1][4]
@@ -34,11 +37,11 @@ local function record(nonce, days)
   return nil
 end
 local out = {}
-for i = 4, #ARGV, 3 do
+for i = first_envelope, #ARGV, 3 do
   local id, nonce, days = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local result = {'unknown', -1, ''}
   for _ = 0, hops do
-    local fields = entry_with_nonce(KEYS[1], id, nonce)
+    local fields = entry_with_nonce(inbox, id, nonce)
     if fields then
       result = live(fields, id)
       break

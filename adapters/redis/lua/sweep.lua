@@ -1,23 +1,27 @@
 -- sweep.lua: move expired envelopes among the oldest of one inbox to its dead letters (reason 'expired').
--- KEYS[1] inbox stream   KEYS[2] dead-letter stream   KEYS[3] outcome hash of the day
--- KEYS[4] per-agent counts hash
--- ARGV[1] consumer group   ARGV[2] now (ms since the epoch)   ARGV[3] dead_at (ISO-8601 UTC)
--- ARGV[4] when outcome records expire (ms since the epoch; 0 = no records)
--- ARGV[5] how many of the oldest entries to look at
--- Bounded: looks at ARGV[5] entries at most, so a sweep never blocks the node for long; fetch.lua
+-- Built by adapters/redis/protocol_inbox.py (sweep_call), which reads the reply (dropped).
+local inbox = KEYS[1] -- inbox stream
+local dead = KEYS[2] -- dead-letter stream
+local outcomes = KEYS[3] -- outcome hash of the day
+local counts_key = KEYS[4] -- per-agent counts hash
+local group = ARGV[1] -- consumer group
+local now = tonumber(ARGV[2]) -- ms since the epoch
+local dead_at = ARGV[3] -- ISO-8601 UTC, as dead letters store it
+local until_ms = ARGV[4] -- when outcome records expire (ms since the epoch; 0 = no records)
+local look_at = tonumber(ARGV[5]) -- how many of the oldest entries to look at
+-- Bounded: looks at look_at entries at most, so a sweep never blocks the node for long; fetch.lua
 -- enforces expiry on everything it hands out, the sweep only keeps expired mail from filling an inbox.
 -- Returns a flat list: tier, 'expired' for every entry moved.
-local group, now = ARGV[1], tonumber(ARGV[2])
 local dropped = {}
-for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[5]))) do
+for _, e in ipairs(redis.call('XRANGE', inbox, '-', '+', 'COUNT', look_at)) do
   if entry_expired(e[2], now) then
-    local row = redis.pcall('XPENDING', KEYS[1], group, e[1], e[1], 1)
+    local row = redis.pcall('XPENDING', inbox, group, e[1], e[1], 1)
     local attempts = 0
     if type(row) == 'table' and not row.err and row[1] then
       attempts = row[1][4]
     end
-    entry_dead(KEYS[1], KEYS[2], group, e, attempts, 'expired', ARGV[3], KEYS[3], ARGV[4])
-    redis.call('HINCRBY', KEYS[4], 'expired', 1)
+    entry_dead(inbox, dead, group, e, attempts, 'expired', dead_at, outcomes, until_ms)
+    redis.call('HINCRBY', counts_key, 'expired', 1)
     dropped[#dropped + 1] = entry_field(e[2], 'tier') or 'network'
     dropped[#dropped + 1] = 'expired'
   end

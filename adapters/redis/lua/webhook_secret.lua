@@ -1,11 +1,14 @@
 -- webhook_secret.lua: keep a webhook secret with the registration it was issued for.
--- KEYS[1] registration hash
--- ARGV[1] session   ARGV[2] endpoint   ARGV[3] secret
+-- Built by adapters/redis/protocol_operator.py (webhook_secret_call).
+local registration = KEYS[1] -- registration hash
+local session = ARGV[1]
+local endpoint = ARGV[2]
+local secret = ARGV[3]
 -- Stored only while the registration is still that session's at that endpoint (a registration made
 -- in between keeps no secret of another's). Returns 1 when stored, 0 when not.
-local current = redis.call('HMGET', KEYS[1], 'session', 'endpoint')
-if current[1] ~= ARGV[1] or current[2] ~= ARGV[2] then
+local current = redis.call('HMGET', registration, 'session', 'endpoint')
+if current[1] ~= session or current[2] ~= endpoint then
   return 0
 end
-redis.call('HSET', KEYS[1], 'webhook_secret', ARGV[3])
+redis.call('HSET', registration, 'webhook_secret', secret)
 return 1

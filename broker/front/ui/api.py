@@ -349,7 +349,7 @@ class _Views:
             "from": sender,
             "to": to,
             "tier": envelope.tier.label,
-            "sent_at": format_ms(int(envelope.sent_at.timestamp() * 1000)),
+            "sent_at": format_ms(envelope.sent_at_ms),
             "registered_sender": registered,
         }
 

@@ -1,0 +1,94 @@
+"""The rules the Lua scripts must hold in Lua agree with their Python definitions, and every script's
+calling convention is named once: KEYS and ARGV at the top of each ``.lua``, built and read by the
+codecs in ``adapters/redis/protocol*.py``, refusal codes translated by one table."""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+
+import pytest
+import redis
+
+from adapters.redis.errors import REFUSALS
+from adapters.redis.scripts import Scripts, read_script
+from broker.envelope import Tier
+from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
+
+LUA = files("adapters.redis") / "lua"
+SCRIPTS = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
+PRELUDES = {"_entry", "_session"}
+COMPOSED = {"send"}
+
+_ENVELOPE_IDS = """
+local out = {}
+for i = 1, #ARGV, 3 do
+  local envelope = envelope_id(ARGV[i], ARGV[i + 1])
+  local entry, nonce = entry_of(ARGV[i + 2])
+  out[#out + 1] = {envelope, entry, nonce}
+end
+return out
+"""
+
+_POSITIONS = [
+    (0, 0),
+    (1, 1),
+    (1_764_423_912_345, 0),
+    (1_764_423_912_345, 7),
+    (2**50 - 1, 2**30 - 1),
+    (32**9, 32**5),
+]
+
+
+def test_lua_encodes_and_decodes_envelope_ids_as_broker_ids_does(store: redis.Redis) -> None:
+    """``_entry.lua``'s ``envelope_id`` and ``entry_of`` (used where a script writes or reads a dead
+    letter's envelope id) against ``broker.ids``, at the edges of the 50-bit ms and 30-bit sequence."""
+    args: list[str] = []
+    expected = []
+    for ms, seq in _POSITIONS:
+        nonce = new_nonce()
+        envelope = encode_envelope_id(ms, seq, nonce)
+        args += (f"{ms}-{seq}", nonce, envelope)
+        expected.append([envelope, f"{ms}-{seq}", nonce])
+        assert decode_envelope_id(envelope) == (ms, seq, nonce)
+    reply = store.eval(read_script("_entry") + _ENVELOPE_IDS, 0, *args)  # type: ignore[no-untyped-call]
+    assert reply == expected
+
+
+def test_send_append_widens_tiers_in_the_order_of_broker_tiers() -> None:
+    """``send_append.lua``'s rank table is ``broker.envelope.Tier``'s order (``widest``)."""
+    source = (LUA / "send_append.lua").read_text(encoding="utf-8")
+    table = re.search(r"local rank = \{([^}]*)\}", source)
+    assert table is not None
+    rank = {name: int(value) for name, value in re.findall(r"(\w+) = (\d+)", table.group(1))}
+    assert rank == {tier.label: int(tier) for tier in Tier}
+
+
+@pytest.mark.parametrize("name", [n for n in SCRIPTS if n not in PRELUDES | COMPOSED])
+def test_each_script_names_its_keys_and_argv_once_at_the_top(name: str) -> None:
+    """Outside the ``local name = KEYS[n]`` / ``ARGV[n]`` lines at its top, a script indexes KEYS and
+    ARGV only by a variable (the repeated tails: id and nonce pairs, day positions)."""
+    lines = (LUA / f"{name}.lua").read_text(encoding="utf-8").splitlines()
+    code = [line for line in lines if not line.lstrip().startswith("--")]
+    named = [
+        i for i, line in enumerate(code) if re.match(r"local \w+ = (tonumber\()?(KEYS|ARGV)\[\d+\]", line)
+    ]
+    assert named == list(range(len(named))), f"{name}.lua: the named KEYS/ARGV are not all at the top"
+    rest = "\n".join(code[len(named) :])
+    assert re.search(r"(KEYS|ARGV)\[\d+\]", rest) is None, (
+        f"{name}.lua indexes KEYS/ARGV by number below its top"
+    )
+
+
+def test_every_refusal_code_a_script_answers_is_in_the_one_table() -> None:
+    answered = set()
+    for name in SCRIPTS:
+        source = (LUA / f"{name}.lua").read_text(encoding="utf-8")
+        answered |= set(re.findall(r"error_reply\('(RELAY_[A-Z_]+)", source))
+    assert answered == set(REFUSALS)
+
+
+def test_every_script_loads() -> None:
+    """``Scripts`` builds every file (the composed send included)."""
+    scripts = Scripts()
+    assert {name for name in SCRIPTS if name not in PRELUDES} <= set(vars(scripts))
