@@ -59,9 +59,10 @@ def protocol_for(limits: HttpLimits) -> type[asyncio.Protocol]:
                     limits.max_connections,
                 )
                 return
-            # uvicorn arms its keep-alive timer only after a response: a silent new connection gets it too
+            # uvicorn arms its keep-alive timer only after a response: a silent new connection gets it too,
+            # bounded by the time its first request's headers may take
             self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
+                min(self.timeout_keep_alive, limits.header_timeout), self.timeout_keep_alive_handler
             )
             if not sweeping:
                 sweeping.append(self.loop.call_later(every, _sweep, self.loop, self.connections))

@@ -103,7 +103,7 @@ async def receive_all(http: httpx2.AsyncClient, urls: list[str], me: Agent) -> N
             assert not done["unknown"], done
 
 
-async def until_done(tasks: list[asyncio.Task[None]], agents: list[Agent]) -> None:
+async def until_done(tasks: list[asyncio.Task[None]], agents: list[Agent], logs: list[Path]) -> None:
     """Await ``tasks``; fail naming the stall when nothing was sent or acknowledged for STALL_SECONDS."""
     pending = set(tasks)
     progress, last = -1, time.monotonic()
@@ -123,9 +123,15 @@ async def until_done(tasks: list[asyncio.Task[None]], agents: list[Agent]) -> No
             errors = sum((a.errors for a in agents), Counter())
             raise AssertionError(
                 f"stalled: no send or acknowledgement for {STALL_SECONDS} s; (sent, acknowledged) of the"
-                f" agents not done: {behind}; errors: {dict(errors)}"
+                f" agents not done: {behind}; errors: {dict(errors)}; workers' warnings:\n{warnings(logs)}"
             )
     raise AssertionError("not done within a million rounds")
+
+
+def warnings(logs: list[Path]) -> str:
+    """The workers' log lines above INFO, at most 40."""
+    lines = [line for log in logs for line in log.read_text().splitlines() if " INFO " not in line]
+    return "\n".join(lines[:40])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -164,9 +170,9 @@ async def test_fifty_agents_two_hundred_messages_each_through_two_workers(tmp_pa
                 receiving = [asyncio.create_task(receive_all(http, urls, a)) for a in agents]
                 sending = [asyncio.create_task(send_all(http, urls, agents, a)) for a in agents]
                 try:
-                    await until_done(sending, agents)
+                    await until_done(sending, agents, [w.log for w in pair])
                     sent_in = time.monotonic() - started
-                    await until_done(receiving, agents)
+                    await until_done(receiving, agents, [w.log for w in pair])
                     done_in = time.monotonic() - started
                     worker_cpu = sum(cpu_seconds(w.pid) for w in pair) - sum(cpu_before[0])
                     client_cpu = time.process_time() - cpu_before[1]

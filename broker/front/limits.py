@@ -40,7 +40,11 @@ log = logging.getLogger("relay.front")
 
 DEFAULT_MAX_BODY_BYTES: Final = 262144
 """Largest ``/mcp/agent`` request body accepted unless configured otherwise."""
-DEFAULT_IDLE_TIMEOUT: Final = 5.0
+DEFAULT_IDLE_TIMEOUT: Final = 30.0
+"""Longer than the keep-alive expiry of common clients (httpx 5 s, Node's fetch 4 s, aiohttp 15 s): a
+client then drops an idle connection before relay closes it, and never sends a request on a connection
+the server is closing (which fails as a read error, and a send may or may not have landed). A new
+connection that sends nothing is closed after the header timeout when that is shorter."""
 DEFAULT_HEADER_TIMEOUT: Final = 10.0
 DEFAULT_MAX_HEADER_BYTES: Final = 64 * 1024
 DEFAULT_BODY_TIMEOUT: Final = 10.0
