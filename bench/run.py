@@ -839,12 +839,14 @@ def compare(args: argparse.Namespace, argv: list[str]) -> int:
         subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
     ratios = figures_ratio(runs["this"], runs["ref"])
-    width = max(map(len, ratios), default=10)
+    keys = list(dict.fromkeys([*runs["this"][0], *runs["ref"][0]]))  # a figure only one side has: no ratio
+    width = max(map(len, keys), default=10)
     print(f"\n{'figure':<{width}}  {'this (each round)':>24}  {ref + ' (each round)':>24}  this/ref")
-    for key, value in ratios.items():
-        ours = " ".join(str(r.get(key)) for r in runs["this"])
-        theirs = " ".join(str(r.get(key)) for r in runs["ref"])
-        print(f"{key:<{width}}  {ours:>24}  {theirs:>24}  {value:8.3f}")
+    for key in keys:
+        ours = " ".join(str(r.get(key, "-")) for r in runs["this"])
+        theirs = " ".join(str(r.get(key, "-")) for r in runs["ref"])
+        shown_ratio = f"{ratios[key]:8.3f}" if key in ratios else f"{'-':>8}"
+        print(f"{key:<{width}}  {ours:>24}  {theirs:>24}  {shown_ratio}")
     print(f"relay-bench-compare ref={ref} " + " ".join(f"{k}={v}" for k, v in ratios.items()), flush=True)
     if args.json:
         Path(args.json).write_text(
