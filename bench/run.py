@@ -2,6 +2,8 @@
 
     python bench/run.py            # full run, under 3 minutes
     python bench/run.py --quick    # shorter phases, under a minute
+    python bench/run.py --only mcp # one part (or several: --only core,mcp)
+    python bench/run.py --only mcp --compare main   # this code against a git ref, alternating runs
 
 It starts its own Redis-protocol server (``EmbeddedRedis``: the redis-server ``relay serve`` would use,
 append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopback port and measures:
@@ -718,6 +720,10 @@ async def bench(args: argparse.Namespace) -> int:
                 figures[f"mcp_{nworkers}w_{agents}a_calls_per_s"] = round(relay_r.median_call_rate)
                 figures[f"ceiling_{nworkers}w_{agents}a_calls_per_s"] = round(noop_r.median_call_rate)
                 figures[f"mcp_ratio_{config}"] = round(mcp_ratios[config], 2)
+                if relay_r.calls and noop_r.calls:
+                    # target: relay's worker CPU per tool call within 100 µs of the NoOp's
+                    gap = (relay_r.server_cpu / relay_r.calls - noop_r.server_cpu / noop_r.calls) * 1e6
+                    figures[f"mcp_worker_gap_us_{config}"] = round(gap)
             figures["mcp_ceiling_ratio"] = round(min(mcp_ratios.values()), 2)
         if not args.skip_network:
             from network import network_phases  # bench/network.py: this script's directory is on sys.path
@@ -798,6 +804,98 @@ async def bench(args: argparse.Namespace) -> int:
     return 1 if final["lost"] or final["duplicated"] or final.get("workbench_lost") else 0
 
 
+# -- --compare REF -------------------------------------------------------------------------------
+
+PARTS = ("core", "mcp", "network", "people", "wake", "workbench")
+"""What ``--only`` picks from; each is a ``--skip-PART`` flag otherwise."""
+
+
+def child_arguments(argv: list[str], args: argparse.Namespace) -> list[str]:
+    """What each run of a comparison gets: ``argv`` without ``--compare``, ``--compare-rounds``,
+    ``--json`` and ``--only`` (spelled as the ``--skip-PART`` flags, which older refs know too)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in ("--compare", "--compare-rounds", "--json", "--only"):
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    skips = [f"--skip-{part}" for part in PARTS if getattr(args, f"skip_{part}")]
+    return out + [flag for flag in skips if flag not in out]
+
+
+def figures_ratio(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, float]:
+    """Per numeric figure in both, the median over rounds of ours / theirs (runs paired by round)."""
+    ratios: dict[str, float] = {}
+    for key in ours[0]:
+        pairs = [
+            o[key] / t[key]
+            for o, t in zip(ours, theirs, strict=True)
+            if isinstance(o.get(key), int | float)
+            and isinstance(t.get(key), int | float)
+            and not isinstance(o.get(key), bool)
+            and t[key]
+        ]
+        if pairs:
+            ratios[key] = round(median(pairs), 3)
+    return ratios
+
+
+def compare(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run this checkout and ``args.compare`` (a git ref, checked out in a temporary worktree) one
+    after the other, ``args.compare_rounds`` times each, alternating (ref first in odd rounds), with
+    the same options and Python; print each figure of both and the median ratio this / ref."""
+    root = HERE.parent
+    ref = args.compare
+    tmp = Path(tempfile.mkdtemp(prefix="relay-compare-"))
+    tree = tmp / "ref"
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), ref], check=True)
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "ref": []}
+    try:
+        for round_ in range(args.compare_rounds):
+            order = ("this", "ref") if round_ % 2 == 0 else ("ref", "this")
+            for which in order:
+                where = root if which == "this" else tree
+                out = tmp / f"{which}-{round_}.json"
+                env = {**os.environ, "PYTHONPATH": str(where)}  # the ref's packages shadow the install
+                cmd = [
+                    sys.executable,
+                    str(where / "bench" / "run.py"),
+                    *child_arguments(argv, args),
+                    "--json",
+                    str(out),
+                ]
+                print(f"# compare round {round_ + 1}/{args.compare_rounds}: {which} ({where})", flush=True)
+                done = subprocess.run(cmd, cwd=where, env=env, check=False)
+                if done.returncode not in (0, 1) or not out.exists():
+                    print(f"# {which} failed with {done.returncode}", file=sys.stderr)
+                    return 2
+                runs[which].append(json.loads(out.read_text()))
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratios = figures_ratio(runs["this"], runs["ref"])
+    keys = list(dict.fromkeys([*runs["this"][0], *runs["ref"][0]]))  # a figure only one side has: no ratio
+    width = max(map(len, keys), default=10)
+    print(f"\n{'figure':<{width}}  {'this (each round)':>24}  {ref + ' (each round)':>24}  this/ref")
+    for key in keys:
+        ours = " ".join(str(r.get(key, "-")) for r in runs["this"])
+        theirs = " ".join(str(r.get(key, "-")) for r in runs["ref"])
+        shown_ratio = f"{ratios[key]:8.3f}" if key in ratios else f"{'-':>8}"
+        print(f"{key:<{width}}  {ours:>24}  {theirs:>24}  {shown_ratio}")
+    print(f"relay-bench-compare ref={ref} " + " ".join(f"{k}={v}" for k, v in ratios.items()), flush=True)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"this": runs["this"], "ref": runs["ref"], "ratio": ratios}, indent=2)
+        )
+    lost = sum(r.get("lost", 0) + r.get("duplicated", 0) for rs in runs.values() for r in rs)
+    return 1 if lost else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short phases: the whole run takes under 60 s")
@@ -826,7 +924,30 @@ def main() -> int:
     )
     parser.add_argument("--no-uvloop", dest="uvloop", action="store_false", help="plain asyncio loop")
     parser.add_argument("--json", help="also write the final figures to this file")
+    parser.add_argument(
+        "--only", help=f"run only these parts, comma-separated: {', '.join(PARTS)} (the rest skipped)"
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="REF",
+        help="run this code and git REF in alternating runs, then print the ratio of each figure",
+    )
+    parser.add_argument(
+        "--compare-rounds", type=int, default=2, help="runs of each with --compare (default 2)"
+    )
     args = parser.parse_args()
+    if args.only:
+        wanted = {part.strip() for part in args.only.split(",") if part.strip()}
+        unknown = wanted - set(PARTS)
+        if unknown:
+            parser.error(
+                f"--only: unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}"
+            )
+        for part in PARTS:
+            if part not in wanted:
+                setattr(args, f"skip_{part}", True)
+    if args.compare:
+        return compare(args, sys.argv[1:])
     if args.uvloop:
         try:
             import uvloop

@@ -428,6 +428,10 @@ def status_result(statuses: list[MessageStatus]) -> dict[str, Any]:
 # -- what the tools accept -------------------------------------------------------------------------
 
 
+_NUMBER_HOLDERS: Final = (float, dict, list)
+"""What ``integral`` looks into (a tuple: ``isinstance`` takes it faster than ``float | dict | list``)."""
+
+
 def integral(schema: Mapping[str, Any], value: Any) -> Any:
     """``value`` with every number JSON Schema counts as an integer (``1.0``) an ``int`` where
     ``schema`` types it ``integer``: JSON decoders keep ``1.0`` a float, which the tools would refuse.
@@ -441,7 +445,7 @@ def integral(schema: Mapping[str, Any], value: Any) -> Any:
         changed: dict[str, Any] | None = None
         for name, item in value.items():
             sub = properties.get(name)
-            if sub is not None and isinstance(item, float | dict | list):
+            if sub is not None and isinstance(item, _NUMBER_HOLDERS):
                 new = integral(sub, item)
                 if new is not item:
                     changed = changed if changed is not None else dict(value)
@@ -449,8 +453,14 @@ def integral(schema: Mapping[str, Any], value: Any) -> Any:
         return value if changed is None else changed
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         items = schema["items"]
-        new_items = [integral(items, item) for item in value]
-        return value if all(a is b for a, b in zip(new_items, value, strict=True)) else new_items
+        changed_items: list[Any] | None = None
+        for index, item in enumerate(value):
+            if isinstance(item, _NUMBER_HOLDERS):  # a string (an id) holds no number: skipped
+                new = integral(items, item)
+                if new is not item:
+                    changed_items = changed_items if changed_items is not None else list(value)
+                    changed_items[index] = new
+        return value if changed_items is None else changed_items
     return value
 
 

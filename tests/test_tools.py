@@ -19,6 +19,7 @@ from broker.front.tools import (
     RegisterAgentAddress,
     SendAgentMessage,
     encoded_size,
+    encoded_size_bound,
     relay_tools,
 )
 from broker.relay import Relay
@@ -132,6 +133,20 @@ async def test_an_unexpected_failure_is_an_internal_error_whose_details_stay_in_
         error = refusal(await Broken().call(ALICE, {}))
     assert error["code"] == "internal_error" and "secret" not in json.dumps(error)
     assert "secret" in caplog.text
+
+
+async def test_a_fetch_size_bound_is_never_below_the_encoded_size(relay: Relay[AgentMessage]) -> None:
+    # Given envelopes whose characters encode to the most bytes each (escapes, astral characters)
+    texts = ["\x00" * 500, "\U0001f600" * 500, '"\\' * 300, "x"]
+    first = await relay.send("alice", "bob", AgentMessage(kind=1, text="first"), session="a-1")
+    for text in texts:
+        body = AgentMessage(kind=3, text=text, in_reply_to=first.id, reference="\x01" * 40)
+        await relay.send("alice", "bob", body, session="a-1", ttl_ms=60_000)
+    # When each is shaped as FetchAgentInbox returns it, Then its bound holds its encoded size
+    tool = FetchAgentInbox(relay)
+    for envelope in await relay.fetch("bob", 16, session="b-1"):
+        item = tool.inbox_envelope(envelope)
+        assert encoded_size(item) <= encoded_size_bound(envelope, item)
 
 
 NULS = "\x00" * 43_000  # 43 kB stored, 258 kB encoded ("\u0000" is six bytes of JSON)
