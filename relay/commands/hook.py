@@ -25,7 +25,7 @@ from relay.claude_code import waiter
 from relay.claude_code.headers import HELPER_TTL_S, WAITER_TTL_S, for_claude, minted
 from relay.claude_code.relay_http import WAIT_PATH
 from relay.claude_code.session import NoSuchProcess
-from relay.commands import Parser, bounded_int
+from relay.commands import Parser, bounded_int, hook_clients
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -103,6 +103,7 @@ def _add_commands(hook: argparse.ArgumentParser) -> None:
     )
     headers.set_defaults(handler=_headers)
     wait.set_defaults(handler=_wait)
+    hook_clients.add_commands(commands)
 
 
 def _headers(args: argparse.Namespace) -> int:
