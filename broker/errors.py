@@ -202,6 +202,24 @@ class RateLimited(RelayError):
         return {"agent": self.agent, "retry_after": self.retry_after}
 
 
+class TooManyFailures(RelayError):
+    """Too many wrong credentials from one client for one credential id (``POST /agent/token``);
+    nothing is checked until ``retry_after`` seconds have passed."""
+
+    code = "too_many_failures"
+    retryable = True
+
+    def __init__(self, retry_after: float, limit: int, window: float) -> None:
+        super().__init__(
+            f"{limit} wrong credentials from this client within {window:g} s; nothing is checked for "
+            f"{retry_after:.0f} s: retry then with the credential file's credential"
+        )
+        self.retry_after = retry_after
+
+    def details(self) -> dict[str, object]:
+        return {"retry_after": self.retry_after}
+
+
 class TooManyWaits(RelayError):
     """The agent already has its cap of parked long-polls on this worker (or the worker has its total
     cap): this one is answered at once. Retry after one of the parked polls returns."""

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from collections.abc import Iterable
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from broker.credentials import EVENTS, CredentialEvent
 from broker.envelope import Tier
+from broker.ports import ICredentials
 
 
 class RelayMetrics:
@@ -77,3 +84,30 @@ class RelayMetrics:
         """One envelope moved to the dead letters by fetch or a sweep: ``expired`` or a dead letter."""
         counter = self.expired if reason == "expired" else self.dead_lettered
         counter.labels(tier=tier.label).inc()
+
+
+class CredentialCounts(Collector):
+    """``csf_relay_credentials_total{event}``: credentials issued, exchanged, revoked and refused
+    exchanges, as the store counts them across every worker and the ``relay credentials`` command
+    (so every worker shows the same figures). ``refresh`` reads them before each scrape (the front's
+    ``before_metrics``); ``collect`` shows the last figures read, never touching the store."""
+
+    def __init__(self, store: ICredentials) -> None:
+        self.store = store
+        self._counts: dict[CredentialEvent, int] = dict.fromkeys(EVENTS, 0)
+
+    async def refresh(self) -> None:
+        self._counts = await self.store.events()
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "csf_relay_credentials",
+            "Per-agent credentials issued, exchanged for tokens and revoked, and exchanges refused.",
+            labels=["event"],
+        )
+        for event in EVENTS:
+            family.add_metric([event], self._counts.get(event, 0))
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()

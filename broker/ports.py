@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Final, Protocol
 
 from broker.addresses import Address
+from broker.credentials import Credential, CredentialEvent
 from broker.envelope import Tier
 from broker.errors import SessionNotRegistered, SessionSuperseded
 
@@ -453,3 +454,34 @@ class ISpentTokens(Protocol):
     """
 
     async def spend(self, token_id: str, ttl_ms: int) -> bool: ...
+
+
+class ICredentials(Protocol):
+    """Per-agent credentials (``broker.credentials.Credential``): records keyed by id, kept on their
+    agent's slot, and the counts of credential events (``broker.credentials.EVENTS``) across every
+    process on the backend.
+
+    ``add`` stores a new record (its id is fresh: an id already stored raises ``ValueError`` and
+    changes nothing) and counts ``issued``. ``get`` returns the record of an id, None when there is
+    none. ``listed`` returns the records of ``agent`` (every agent's when None), oldest first.
+    ``revoke`` marks the record revoked at ``at_ms`` and counts ``revoked`` (a record already revoked
+    keeps its first time and is not counted again); it returns the record as stored after the call,
+    None for an unknown id. ``used`` sets ``last_used_at_ms`` of a stored record and counts
+    ``exchanged`` (an unknown id is ignored). ``count`` adds one to an event (``refused``).
+    ``events`` returns every event's count, zeros included. A store that does not answer raises
+    ``BackendUnavailable`` (retryable) and no call reports a change it did not make.
+    """
+
+    async def add(self, credential: Credential) -> None: ...
+
+    async def get(self, credential_id: str) -> Credential | None: ...
+
+    async def listed(self, agent: str | None = None) -> list[Credential]: ...
+
+    async def revoke(self, credential_id: str, at_ms: int) -> Credential | None: ...
+
+    async def used(self, credential_id: str, at_ms: int) -> None: ...
+
+    async def count(self, event: CredentialEvent) -> None: ...
+
+    async def events(self) -> dict[CredentialEvent, int]: ...

@@ -23,7 +23,7 @@ from broker.agent_message import AgentMessage
 from broker.front.app import NetworkListener, create_app
 from broker.front.tokens import KeyRing
 from broker.front.tools import ToolOptions
-from broker.ports import INoticeStore
+from broker.ports import ICredentials, INoticeStore
 from broker.relay import Relay
 from relay.settings import ServeSettings, SettingsError, check_bind
 
@@ -73,6 +73,7 @@ def network_server(
     keyring: KeyRing,
     webhooks: RedisWebhooks,
     loopback: uvicorn.Config,
+    credentials: ICredentials | None = None,
 ) -> uvicorn.Server:
     """The network listener's server (see the module docstring), with the HTTP protocol, limits and
     shutdown timing of the ``loopback`` listener's configuration."""
@@ -84,6 +85,7 @@ def network_server(
         allowed_hosts=[],  # any Host name: the listener is reached by whatever name the network uses
         network=NetworkListener(webhooks=webhooks),
         tool_options=ToolOptions(directory=settings.directory == "on"),
+        credentials=credentials,
     )
     config = uvicorn.Config(
         app,

@@ -18,6 +18,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
+from adapters.redis.credentials import RedisCredentials
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import redacted, running_server_url
 from adapters.redis.server import EmbeddedRedis
@@ -28,6 +29,7 @@ from broker.front.key_file import KeyFileError, load_key_file
 from broker.front.tokens import KeyRing
 from broker.front.tools import ToolOptions
 from broker.front.ui.api import Dashboard
+from broker.metrics import CredentialCounts
 from broker.relay import Relay
 from relay import dashboard as dashboard_wiring
 from relay import logs, running
@@ -126,6 +128,13 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
     )
     gauges = InboxGauges(connection)
     relay.metrics.registry.register(gauges)
+    credentials = RedisCredentials(connection)
+    counts = CredentialCounts(credentials)
+    relay.metrics.registry.register(counts)
+
+    async def before_metrics() -> None:
+        await asyncio.gather(gauges.refresh(), counts.refresh())
+
     async with relay:
         dashboard = _dashboard(settings, relay, connection, keyring)
         app = create_app(
@@ -133,9 +142,10 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             keyring=keyring,
             max_body_bytes=settings.max_body_bytes,
             allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
-            before_metrics=gauges.refresh,
+            before_metrics=before_metrics,
             tool_options=ToolOptions(directory=settings.directory == "on"),
             dashboard=dashboard,
+            credentials=credentials,
         )
         config = uvicorn.Config(
             app,
@@ -156,7 +166,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
         dispatcher = None
         if settings.network_port is not None and keyring is not None:
             webhooks, dispatcher = start_webhooks(settings, connection, notices, relay.metrics.registry)
-            servers.append(network_server(settings, relay, keyring, webhooks, config))
+            servers.append(network_server(settings, relay, keyring, webhooks, config, credentials))
         _answer_parked_polls_on_exit(servers, connection.wakeups.stop_waiting)
         if settings.agent_mcp_key_file is not None and hasattr(signal, "SIGHUP"):
             apps: list[object] = [app, *(each.config.app for each in servers[1:])]
@@ -272,6 +282,10 @@ def _reload_key_file(apps: list[object], settings: ServeSettings) -> None:
         return
     for auth in auths:
         auth.use(keyring)  # type: ignore[union-attr]
+    for each in apps:
+        route = getattr(getattr(each, "state", None), "token_route", None)
+        if route is not None:
+            route.use(keyring)
     for each in apps:
         ui = getattr(getattr(each, "state", None), "dashboard", None)
         if ui is not None:

@@ -71,14 +71,21 @@ class StoreSettings(DataDirSettings):
         return value
 
 
-class ShellSettings(StoreSettings):
+class KeyFileSettings(DataDirSettings):
+    """Where the commands minting with relay's signing key find it (``relay.commands.keys.signing_keys``)."""
+
+    key_file: Path | None = Field(
+        None, description="relay's signing key file; default: relay.key in the data dir"
+    )
+
+
+class ShellSettings(StoreSettings, KeyFileSettings):
     """The shell commands (``relay agents``, ``send``, ``read``, ``tail``, ``thread``)."""
 
     url: str | None = Field(
         None,
         description="the running relay's base URL; default: where relay serve listens (same environment)",
     )
-    key_file: Path | None = Field(None, description="signing key file; default: relay.key in the data dir")
 
     @field_validator("url")
     @classmethod

@@ -22,13 +22,12 @@ from adapters.redis.inspect import redacted
 from adapters.redis.operator_view import RedisOperatorView
 from broker.envelope import format_ms
 from broker.errors import BackendUnavailable, InvalidArgument, RelayError, RelayNotRunning
-from broker.front.key_file import load_key_file
 from broker.front.paths import MCP_PATH
 from broker.front.tokens import agent_headers
 from broker.ports import StoredEnvelope
 from broker.text import escaped
 from relay.claude_code import relay_http
-from relay.commands.keys import data_key_file, default_url
+from relay.commands.keys import default_url, signing_key_file, signing_keys
 from relay.running import running
 from relay.settings import ShellSettings, store_named, store_url
 
@@ -76,7 +75,7 @@ def call_tool(
     """Call ``tool`` as ``agent`` in ``session`` through the running relay; ``relay_http.Refused``
     when relay refuses the call, ``InvalidArgument`` when it refuses the key, ``RelayNotRunning`` when
     it cannot be reached."""
-    keyring = load_key_file(key_file(settings))
+    keyring = signing_keys(settings)
     headers = agent_headers(keyring, agent, session, TOKEN_TTL_SECONDS)
     try:
         return relay_http.call_tool(base_url(settings) + MCP_PATH, headers, tool, arguments, timeout)
@@ -133,8 +132,8 @@ def base_url(settings: ShellSettings) -> str:
 
 
 def key_file(settings: ShellSettings) -> Path:
-    """``--key-file``, else the data dir's key, which ``relay serve`` creates and signs with."""
-    return settings.key_file if settings.key_file is not None else data_key_file(settings.data_dir)
+    """Where the shell finds relay's signing key: the one rule of every command (``signing_key_file``)."""
+    return signing_key_file(settings)
 
 
 def duration(seconds: float) -> str:

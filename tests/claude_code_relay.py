@@ -28,11 +28,12 @@ def relay_serving(tmp: Path, redis_url: str) -> Iterator[tuple[ServeProcess, Pat
             serve.stop()
 
 
-def set_up(folder: Path, url: str, agent: str, key: Path) -> str:
-    """Run ``relay setup claude-code`` for ``folder`` (created if needed); return what it printed."""
+def set_up(folder: Path, url: str, agent: str, redis_url: str) -> str:
+    """Run ``relay setup claude-code`` for ``folder`` (created if needed), issuing its credential in the
+    store at ``redis_url``; return what it printed."""
     folder.mkdir(parents=True, exist_ok=True)
     done = run_relay(
-        "setup", "claude-code", "--url", url, "--agent", agent, "--key-file", key, "--dir", folder
+        "setup", "claude-code", "--url", url, "--agent", agent, "--redis-url", redis_url, "--dir", folder
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

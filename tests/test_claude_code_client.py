@@ -33,7 +33,7 @@ def test_mcp_list_connects_and_connects_again_after_the_token_expired(
 ) -> None:
     folder = tmp_path / "author"
     with relay_serving(tmp_path, redis_url) as (serve, key):
-        set_up(folder, serve.url, "author", key)
+        set_up(folder, serve.url, "author", redis_url)
         mcp = read_json(folder / ".mcp.json")
         mcp["mcpServers"]["relay"]["headersHelper"] += " --ttl 2"  # the helper mints 2 s tokens
         static = subprocess.run(
@@ -67,7 +67,7 @@ def test_the_user_trusts_the_folder_once_and_nothing_else_is_asked(
 ) -> None:
     folder = tmp_path / "author"
     with relay_serving(tmp_path, redis_url) as (serve, key):
-        printed = set_up(folder, serve.url, "author", key)
+        printed = set_up(folder, serve.url, "author", redis_url)
         home = ClaudeHome(tmp_path / "home").write()
 
         untrusted = run_claude(claude_binary, home, folder, "mcp", "list")
@@ -115,7 +115,7 @@ def test_without_relays_approval_entry_the_project_server_waits_for_approval(
 ) -> None:
     folder = tmp_path / "author"
     with relay_serving(tmp_path, redis_url) as (serve, key):
-        set_up(folder, serve.url, "author", key)
+        set_up(folder, serve.url, "author", redis_url)
         settings = read_json(folder / ".claude" / "settings.local.json")
         del settings["enabledMcpjsonServers"]
         write_json(folder / ".claude" / "settings.local.json", settings)

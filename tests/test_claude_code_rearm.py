@@ -68,7 +68,7 @@ def test_a_waiter_that_runs_out_wakes_the_session_once_and_mail_still_wakes_it(
     author, reviewer = f"author-{suffix}", f"reviewer-{suffix}"
     with relay_serving(tmp_path, redis_url) as (relay, key), FakeAnthropic() as api:
         folder = tmp_path / "author"
-        set_up(folder, relay.url, author, key)
+        set_up(folder, relay.url, author, redis_url)
         settings_file = folder / ".claude" / "settings.local.json"
         settings = read_json(settings_file)
         (start,) = settings["hooks"]["SessionStart"][0]["hooks"]

@@ -51,8 +51,8 @@ def test_the_reviewers_answer_wakes_the_idle_authors_session(
     ):
         suffix = str(time.monotonic_ns())[-6:]  # agent ids of their own on the shared test Redis
         author_id, reviewer_id = f"author-{suffix}", f"reviewer-{suffix}"
-        set_up(author, relay.url, author_id, key)
-        set_up(reviewer, relay.url, reviewer_id, key)
+        set_up(author, relay.url, author_id, redis_url)
+        set_up(reviewer, relay.url, reviewer_id, redis_url)
         home = ClaudeHome(
             tmp_path / "home", trusted=[author, reviewer], settings={"permissions": {"allow": ["mcp__relay"]}}
         ).write()

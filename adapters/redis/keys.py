@@ -77,6 +77,26 @@ class Keys:
         hex SHA-256 of the token's id."""
         return f"{self.prefix}:spent:{digest}"
 
+    def credentials(self, agent: str) -> str:
+        """Hash on the agent's slot: credential id -> JSON of its record (agent, label, audience,
+        secret_hash, created_at_ms, expires_at_ms; never the secret), ``<id>:used`` -> last exchange
+        (ms) and ``<id>:revoked`` -> when it was revoked (ms; written once, with HSETNX)."""
+        return f"{self.prefix}:credentials:{{{agent}}}"
+
+    def credential_owner(self, credential_id: str) -> str:
+        """String: the agent of a credential id (``broker.credentials.ID_PATTERN`` keeps it plain), so
+        an exchange finds the record from the id alone."""
+        return f"{self.prefix}:credential:{credential_id}"
+
+    def credential_agents(self) -> str:
+        """Set: the agents that were ever issued a credential (``relay credentials list`` walks it)."""
+        return f"{self.prefix}:credential-agents"
+
+    def credential_events(self) -> str:
+        """Hash: event (issued, exchanged, revoked, refused) -> count, across every worker and command
+        (``csf_relay_credentials_total``)."""
+        return f"{self.prefix}:credential-events"
+
     def wake_channel(self) -> str:
         """Pub/sub channel: the send, requeue and register scripts publish the agent id here."""
         return f"{self.prefix}:wake"

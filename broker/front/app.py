@@ -2,12 +2,14 @@
 
 Routes: ``/mcp/agent`` (MCP over streamable HTTP, stateless JSON mode, behind agent auth),
 ``/agent/wait`` (the mail-pending wait, ``broker.front.wait``, behind the same auth),
+``/agent/token`` (a per-agent credential exchanged for a token, ``broker.front.token_route``),
 ``/metrics`` (Prometheus text of the relay's registry), ``/healthz`` (process up), ``/readyz``
 (Redis reachable) and, when given one, the operator dashboard at ``/ui``. The relay's lifecycle
 stays with the caller: the front owns no storage.
 
 Built as the network listener's front (``NetworkListener``), it serves ``/mcp/agent`` for network
-tokens and ``remote`` addresses only, ``/healthz`` and ``/readyz``; ``/metrics`` stays on the loopback
+tokens and ``remote`` addresses only, ``/agent/token`` for network credentials, ``/healthz`` and
+``/readyz``; ``/metrics`` stays on the loopback
 listener.
 """
 
@@ -37,13 +39,15 @@ from broker.front.limits import (
     HostCheck,
     RequestCheck,
 )
-from broker.front.paths import MCP_PATH, UI_PATH, WAIT_PATH
+from broker.front.paths import MCP_PATH, TOKEN_PATH, UI_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server
+from broker.front.token_route import CredentialGate, TokenRoute
 from broker.front.tokens import NETWORK_AUDIENCE, KeyRing
 from broker.front.tools import DEFAULT_TOOLS, ToolOptions
 from broker.front.ui.api import Dashboard
 from broker.front.ui.app import create_dashboard
 from broker.front.wait import WaitRoute
+from broker.ports import ICredentials
 from broker.relay import Relay
 from broker.text import failure
 from broker.webhooks import IWebhookTargets
@@ -72,6 +76,7 @@ def create_app(
     network: NetworkListener | None = None,
     tool_options: ToolOptions = DEFAULT_TOOLS,
     dashboard: Dashboard | None = None,
+    credentials: ICredentials | None = None,
 ) -> FastAPI:
     """Build the front for a running ``relay``.
 
@@ -86,6 +91,8 @@ def create_app(
         network: serve as the network listener (see the module docstring).
         tool_options: which agent tools are served (``ListAgents``) and what they accept.
         dashboard: served at ``/ui`` when given (only on a loopback listener: the caller decides).
+        credentials: the per-agent credentials; with them (and ``keyring``) ``POST /agent/token``
+            exchanges one for a short-lived token, and such tokens stop once it is revoked.
     """
     manager = None
     hosts = LOOPBACK_NAMES if allowed_hosts is None else frozenset(allowed_hosts)
@@ -139,12 +146,18 @@ def create_app(
         # Authentication before the body is read: a stranger's body is never waited for
         body = BodyGuard(RequestCheck(manager.handle_request), max_bytes=max_body_bytes)
         audience = None if network is None else NETWORK_AUDIENCE
-        auth = AgentAuthMiddleware(body, keyring, audience=audience)
+        gate = CredentialGate(credentials) if credentials is not None else None
+        auth = AgentAuthMiddleware(body, keyring, audience=audience, credentials=gate)
         app.state.agent_auth = auth  # `relay serve` swaps its key ring on SIGHUP
         endpoint: ASGIApp = HostCheck(auth, hosts) if hosts else auth
         app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
         wait: ASGIApp = WaitRoute(relay, auth)
         app.wait_route = HostCheck(wait, hosts) if hosts else wait
+        if credentials is not None:
+            token_route = TokenRoute(credentials, keyring, audience=audience)
+            app.state.token_route = token_route  # `relay serve` swaps its key ring on SIGHUP
+            exchange: ASGIApp = HostCheck(token_route, hosts) if hosts else token_route
+            app.router.routes.insert(1, Route(TOKEN_PATH, endpoint=exchange))
     return app
 
 

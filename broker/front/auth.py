@@ -9,6 +9,9 @@ import functools
 import logging
 from typing import TYPE_CHECKING
 
+from mcp.types import INTERNAL_ERROR
+
+from broker.errors import RelayError, error_body
 from broker.front.jsonrpc import UNAUTHORIZED, error_response
 from broker.front.tokens import VERIFIED_CACHE_SIZE, AgentIdentity, AuthError, KeyRing, bearer_token
 
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
     from starlette.responses import Response
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from broker.front.token_route import CredentialGate
 
 log = logging.getLogger("relay.auth")
 
@@ -27,12 +32,22 @@ class AgentAuthMiddleware:
     MCP SDK uses to bind sessions to their caller); any other gets 401 with a JSON-RPC error body.
     """
 
-    def __init__(self, app: ASGIApp, keyring: KeyRing, *, audience: str | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keyring: KeyRing,
+        *,
+        audience: str | None = None,
+        credentials: CredentialGate | None = None,
+    ) -> None:
         self.app = app
         self.keyring = keyring
         """Replaced as a whole by ``use`` (a key ring is immutable): each request reads it once."""
         self.audience = audience
         """The listener's audience: only tokens minted for it pass (``broker.front.tokens``)."""
+        self.credentials = credentials
+        """Checks tokens exchanged for a credential (``broker.front.token_route``); without it such
+        tokens are refused, since nothing could tell that their credential was revoked."""
 
     def use(self, keyring: KeyRing) -> None:
         """Verify with ``keyring`` from the next request on (a reloaded key file): tokens of keys it
@@ -61,7 +76,14 @@ class AgentAuthMiddleware:
             identity = self.keyring.verify(
                 token, wanted[b"x-csf-agent-id"], wanted[b"x-csf-session-id"], audience=self.audience
             )
-        except AuthError as exc:
+            if identity.credential is not None:
+                if self.credentials is None:
+                    raise AuthError("unknown_credential")
+                await self.credentials.check(identity)
+        except RelayError as exc:
+            if not isinstance(exc, AuthError):  # the store cannot tell whether the credential stands
+                await _unavailable(exc)(scope, _no_body, send)
+                return None
             client = scope.get("client")
             log.info(
                 "agent authentication refused",
@@ -104,6 +126,12 @@ def _refusal(error: AuthError) -> Response:
         f"unauthorized: {error.cause}: {error.message}",
         data={"cause": error.cause},
         headers={"www-authenticate": challenge, "cache-control": "no-store"},
+    )
+
+
+def _unavailable(error: RelayError) -> Response:
+    return error_response(
+        503, INTERNAL_ERROR, f"{error.code}: {error.message}", data=error_body(error)["error"]
     )
 
 

@@ -18,10 +18,12 @@ from broker.errors import (
     RelayNotRunning,
     SessionNotRegistered,
     SessionSuperseded,
+    TooManyFailures,
     TooManyWaits,
     UnregisteredAgent,
     error_body,
 )
+from broker.front.tokens import AuthError
 
 
 def tool_error(error: RelayError) -> CallToolResult:
@@ -38,6 +40,8 @@ _STATUS: dict[type[RelayError], int] = {
     SessionNotRegistered: 409,
     TooManyWaits: 429,
     RateLimited: 429,
+    TooManyFailures: 429,
+    AuthError: 401,
     InternalError: 500,
     BackendRefused: 500,
     BackendUnavailable: 503,

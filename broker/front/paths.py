@@ -9,5 +9,8 @@ MCP_PATH: Final = "/mcp/agent"
 """Where the agent MCP endpoint is served."""
 WAIT_PATH: Final = "/agent/wait"
 """Where the mail-pending wait is served (``POST``, agent headers, ``{"timeout_ms": N}``)."""
+TOKEN_PATH: Final = "/agent/token"  # noqa: S105 - a path, not a secret
+"""Where a per-agent credential is exchanged for a short-lived token (``POST``, ``Authorization: Bearer
+<credential>``, ``{"agent": ID, "session": SID}``)."""
 UI_PATH: Final = "/ui"
 """Where the operator dashboard is served (on a loopback listener only)."""

@@ -9,7 +9,9 @@ Every request carries three headers minted by the host that holds the signing ke
 
 The part after ``v1.`` is a compact JSON Web Token built and checked with PyJWT: header
 ``{"alg": "HS256", "kid", "typ": "JWT"}``, claims ``{"agent", "session", "iat", "exp"}`` and, when the
-minter names one, ``"aud"``. ``kid`` is the first 8 hex characters of the SHA-256 of the signing key.
+minter names one, ``"aud"``; a token exchanged for a per-agent credential (``POST /agent/token``,
+``broker.front.token_route``) also names that credential's id as ``"cid"``, so the front can refuse it
+once the credential is revoked. ``kid`` is the first 8 hex characters of the SHA-256 of the signing key.
 Only HS256 is accepted (a token naming ``none`` or any other algorithm is refused before any key is
 used), the signature is compared in constant time (PyJWT's ``hmac.compare_digest``), and every claim
 is checked strictly after the signature verified: a signed token with a missing, extra or mistyped
@@ -37,6 +39,7 @@ from typing import Final, Literal
 
 import jwt
 
+from broker.credentials import ID_PATTERN
 from broker.errors import InvalidArgument, RelayError
 from broker.ids import check_agent_id, check_session_id
 
@@ -71,6 +74,9 @@ AuthCause = Literal[
     "agent_mismatch",
     "session_mismatch",
     "wrong_audience",
+    "unknown_credential",
+    "revoked",
+    "wrong_agent",
 ]
 
 _REMINT = "mint new headers with `relay agent-headers`"
@@ -90,6 +96,11 @@ AUTH_MESSAGES: Final[dict[AuthCause, str]] = {
     "session_mismatch": f"{SESSION_HEADER} differs from the session the token was minted for; "
     "send the headers as minted",
     "wrong_audience": f"the token was minted for another listener; {_REMINT}",
+    "unknown_credential": "the credential is not one this relay issued (or its secret is wrong); issue one "
+    "with `relay credentials issue`, or re-run `relay setup claude-code` in the agent's folder",
+    "revoked": "the credential was revoked; issue a new one with `relay credentials issue` (or re-run "
+    "`relay setup claude-code` in the agent's folder)",
+    "wrong_agent": "the credential acts as another agent; ask with the agent it was issued for",
 }
 
 # v1 then three base64url segments; the signature is the canonical encoding of 32 bytes (its last
@@ -99,6 +110,7 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]+")
 _KID = re.compile(r"[0-9a-f]{8}")
 _AUDIENCE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _VERSION = re.compile(r"v[0-9]+")
+_CID = re.compile(ID_PATTERN)
 _HEADER_FIELDS: Final = frozenset({"alg", "kid", "typ"})
 _CLAIMS: Final = frozenset({"agent", "session", "iat", "exp"})
 # PyJWT checks the signature and the algorithm; relay checks every claim itself (see the docstring).
@@ -135,6 +147,8 @@ class AgentIdentity:
     agent: str
     session: str
     expires_at: int
+    credential: str | None = None
+    """The credential id a token exchanged at ``POST /agent/token`` names (None: minted with the key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +247,11 @@ class KeyRing:
         now: float | None = None,
         *,
         audience: str | None = None,
+        credential: str | None = None,
     ) -> str:
         """A v1 token for ``agent`` in ``session``, valid for ``ttl_seconds`` (1 s to 1 year); with
-        ``audience``, only a verifier serving that audience accepts it."""
+        ``audience``, only a verifier serving that audience accepts it; with ``credential``, the token
+        names that credential's id (``cid``) and lives only while it is not revoked."""
         check_agent_id(agent, "agent")
         check_session_id(session, "session")
         if (
@@ -254,6 +270,10 @@ class KeyRing:
         claims: dict[str, object] = {"agent": agent, "session": session, "iat": iat, "exp": iat + ttl_seconds}
         if audience is not None:
             claims["aud"] = audience
+        if credential is not None:
+            if _CID.fullmatch(credential) is None:
+                raise InvalidArgument("credential", "credential_id.pattern", "is not a credential id")
+            claims["cid"] = credential
         signed = jwt.encode(
             claims, self._keys[self._signing], algorithm=ALGORITHM, headers={"kid": self._signing}
         )
@@ -343,8 +363,11 @@ def _header(signed: str) -> dict[str, object]:
 def _check_claims(claims: dict[str, object]) -> _Signed:
     """Strict shape of signed claims (a signed token from a buggy minter is still refused)."""
     audience = claims.get("aud")
-    if set(claims) - {"aud"} != _CLAIMS or (
-        "aud" in claims and not (isinstance(audience, str) and _AUDIENCE.fullmatch(audience))
+    cid = claims.get("cid")
+    if (
+        set(claims) - {"aud", "cid"} != _CLAIMS
+        or ("aud" in claims and not (isinstance(audience, str) and _AUDIENCE.fullmatch(audience)))
+        or ("cid" in claims and not (isinstance(cid, str) and _CID.fullmatch(cid)))
     ):
         raise AuthError("malformed_token")
     agent, session, iat, exp = claims["agent"], claims["session"], claims["iat"], claims["exp"]
@@ -353,7 +376,9 @@ def _check_claims(claims: dict[str, object]) -> _Signed:
     if iat < 0 or exp <= iat:
         raise AuthError("malformed_token")
     try:
-        identity = AgentIdentity(check_agent_id(agent), check_session_id(session), exp)
+        identity = AgentIdentity(
+            check_agent_id(agent), check_session_id(session), exp, cid if isinstance(cid, str) else None
+        )
     except InvalidArgument:
         raise AuthError("malformed_token") from None
     return _Signed(identity, iat, audience if isinstance(audience, str) else None)

@@ -7,6 +7,9 @@
 - ``register``: the ``RegisterAgentAddress`` MCP tool as one stateless ``tools/call`` POST, so a new
   Claude Code session becomes the agent's current session before its model calls anything.
 - ``call_tool``: any agent tool the same way (the shell's ``relay send`` and ``relay read --ack``).
+- ``exchange``: ``POST {base}/agent/token`` with a per-agent credential, for the short-lived token and
+  the three headers (``broker.front.token_route``); a refusal names relay's ``cause`` (``revoked``,
+  ``wrong_agent``, ...) and message.
 
 Outcomes are three: an answer; ``Refused`` (relay said no for good: 4xx, a tool error; the caller stops
 quietly); ``Unavailable`` (relay down, slow, 5xx or a garbled answer; the caller retries later).
@@ -23,7 +26,7 @@ from typing import Any, Final
 
 from broker.front.paths import WAIT_PATH
 
-__all__ = ["WAIT_PATH", "Pending", "Refused", "Unavailable", "register", "wait"]
+__all__ = ["WAIT_PATH", "Pending", "Refused", "Unavailable", "exchange", "register", "wait"]
 MAX_ANSWER_BYTES: Final = 1024 * 1024
 _MCP_HEADERS: Final = {
     "accept": "application/json, text/event-stream",
@@ -65,7 +68,9 @@ class Pending:
     answer: dict[str, Any]
 
 
-def _post(url: str, headers: Mapping[str, str], body: Mapping[str, Any], timeout: float) -> Any:
+def _post(
+    url: str, headers: Mapping[str, str], body: Mapping[str, Any], timeout: float, *, detailed: bool = False
+) -> Any:
     request = urllib.request.Request(  # noqa: S310 - the URL was checked to be http(s) by the CLI
         url,
         data=json.dumps(body).encode(),
@@ -78,6 +83,8 @@ def _post(url: str, headers: Mapping[str, str], body: Mapping[str, Any], timeout
     except urllib.error.HTTPError as exc:
         if exc.code >= 500 or exc.code in (408, 429):
             raise Unavailable(f"relay answered HTTP {exc.code}") from None
+        if detailed:
+            raise _detailed(exc) from None
         raise Refused(exc.code, _error_code(exc)) from None
     except (OSError, ValueError) as exc:  # connection refused or reset, timeouts, bad status lines
         raise Unavailable(f"relay did not answer: {exc}") from None
@@ -99,6 +106,46 @@ def _error_code(exc: urllib.error.HTTPError) -> str:
     if code is None and isinstance(error, dict):
         code = error.get("message")
     return code if isinstance(code, str) and code.isidentifier() else ""
+
+
+def _detailed(exc: urllib.error.HTTPError) -> Refused:
+    """The refusal of a route answering ``broker.errors.error_body``: its ``cause`` (else ``code``) and
+    message."""
+    try:
+        body = json.loads(exc.read(64 * 1024))
+    except (OSError, ValueError):
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return Refused(exc.code, "", f"relay refused: HTTP {exc.code}")
+    code = error.get("cause") or error.get("code")
+    message = error.get("message")
+    return Refused(
+        exc.code,
+        code if isinstance(code, str) and code.isidentifier() else "",
+        message if isinstance(message, str) else f"relay refused: HTTP {exc.code}",
+    )
+
+
+def exchange(
+    url: str, credential: str, agent: str, session: str, timeout: float = 8.0, *, ttl: int | None = None
+) -> dict[str, Any]:
+    """Exchange ``credential`` at ``url`` (``.../agent/token``) for ``agent`` in ``session`` (a token
+    of at most ``ttl`` seconds, when given): relay's answer, ``{"token", "expires_at", "expires_in",
+    "headers"}``."""
+    headers = {"authorization": f"Bearer {credential}"}
+    body: dict[str, Any] = {"agent": agent, "session": session}
+    if ttl is not None:
+        body["ttl_seconds"] = ttl
+    answer = _post(url, headers, body, timeout, detailed=True)
+    fields = answer.get("headers") if isinstance(answer, dict) else None
+    if (
+        not isinstance(fields, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
+        or not isinstance(answer.get("expires_in"), int)
+    ):
+        raise Unavailable("relay's token answer has no headers")
+    return dict(answer)
 
 
 def wait(url: str, headers: Mapping[str, str], timeout_ms: int) -> Pending:

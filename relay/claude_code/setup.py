@@ -1,18 +1,20 @@
 """``relay setup claude-code``: make a project folder ready for one Claude Code agent.
 
-It writes two files in the folder, merging into what is there and touching only relay's own entries:
+It writes two files in the folder, merging into what is there and touching only relay's own entries
+(the caller has written the third, the folder's credential file, ``relay.credential_file``):
 
 - ``.mcp.json``: the ``relay`` MCP server (type ``http``) whose ``headersHelper`` runs
-  ``relay hook headers``, which mints fresh agent headers at each connection; no token is stored.
+  ``relay hook headers --credential-file``, which exchanges the folder's credential for fresh agent
+  headers at each connection; no token is stored.
 - ``.claude/settings.local.json``: ``SessionStart`` and ``Stop`` command hooks with ``asyncRewake``
   running ``relay hook wait`` (the waiter that wakes an idle session), and ``relay`` in
   ``enabledMcpjsonServers`` (the project server approved for this folder).
 
 Both commands get ``$PPID`` (the Claude Code process, see ``claude_code.session``), so the helper and
-the hooks agree on the session without any shared state. Neither file holds a secret; both name this
-machine's relay command and key file, so a file the command creates is added to the folder's
-``.gitignore`` when git does not already ignore it. Bad input (a file that is not a JSON object)
-changes nothing.
+the hooks agree on the session without any shared state. Neither file holds a secret or names relay's
+signing key; both name this machine's relay command and the credential file, so a file the command
+creates, and the credential file, are added to the folder's ``.gitignore`` when git does not already
+ignore them. Bad input (a file that is not a JSON object) changes nothing.
 """
 
 from __future__ import annotations
@@ -54,17 +56,17 @@ class SetupRequest:
     folder: Path
     agent: str
     mcp_url: str
-    key_file: Path
+    credential_file: Path
     relay: Sequence[str]
     """How to run ``relay`` from anywhere (absolute), e.g. ``["/home/u/relay/.venv/bin/relay"]``."""
 
     def helper_command(self) -> str:
-        argv = [*self.relay, "hook", "headers", "--key-file", str(self.key_file), "--agent", self.agent]
+        argv = [*self.relay, "hook", "headers", "--credential-file", str(self.credential_file)]
         return f"{shlex.join(argv)} --claude-pid $PPID"
 
     def waiter_command(self) -> str:
-        argv = [*self.relay, "hook", "wait", "--url", self.mcp_url, "--key-file", str(self.key_file)]
-        argv += ["--agent", self.agent, "--timeout", str(WAITER_TIMEOUT_S)]
+        argv = [*self.relay, "hook", "wait", "--credential-file", str(self.credential_file)]
+        argv += ["--timeout", str(WAITER_TIMEOUT_S)]
         return f"{shlex.join(argv)} --claude-pid $PPID"
 
 
@@ -78,6 +80,9 @@ class SetupReport:
     tracked: list[str] = field(default_factory=list)
     """Files git tracks that this run changed."""
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    master_key_form: bool = False
+    """The folder's relay entries read relay's signing key (set up before per-agent credentials)."""
 
     def lines(self) -> list[str]:
         """What to tell the user: what was written, and what Claude Code still asks of them."""
@@ -86,21 +91,30 @@ class SetupReport:
         for name in (MCP_FILE, SETTINGS_FILE):
             verb = "created" if name in self.created else "updated"
             what = (
-                f'MCP server "{SERVER_NAME}" (type http); its headersHelper (`relay hook headers`) mints '
-                "fresh headers at each connection, so no token is stored in any file"
+                f'MCP server "{SERVER_NAME}" (type http); its headersHelper (`relay hook headers`) '
+                "exchanges the folder's credential for fresh headers at each connection, so no token is "
+                "stored in any file"
                 if name == MCP_FILE
                 else f"SessionStart and Stop hooks (`relay hook wait`, asyncRewake) wake an idle session "
                 f'when mail arrives; "{SERVER_NAME}" approved for this folder (enabledMcpjsonServers)'
             )
             lines.append(f"  {verb} {name}: {what}")
+        if self.master_key_form:
+            lines.append(
+                "  replaced the old form of relay's entries, which read relay's master signing key: this "
+                "folder now holds only its own credential (sessions already running keep working until "
+                "they reconnect)"
+            )
         if self.ignored:
             lines.append(
-                f"  .gitignore now ignores {', '.join(self.ignored)} (they name files on this machine)"
+                f"  .gitignore now ignores {', '.join(self.ignored)} (a credential, and files naming "
+                "paths on this machine)"
             )
         lines += [
             f"  note: {name} is tracked by git; relay's entry names paths on this machine"
             for name in self.tracked
         ]
+        lines += [f"  note: {text}" for text in self.notes]
         lines += [f"  warning: {text}" for text in self.warnings]
         lines += [
             "Claude Code still asks one thing of you, once for this folder: trust it. Run `claude` in",
@@ -109,8 +123,9 @@ class SetupReport:
             '`claude mcp list` shows relay as "⏸ Pending approval" (or says "headersHelper not run" when',
             "your user settings approve project servers). Nothing else needs approving: relay is approved",
             f"for this folder. Then `claude mcp list` in {folder} shows `{SERVER_NAME}: ... ✔ Connected`",
-            f"while relay serves {request.mcp_url} with the key {request.key_file},",
-            "and a Claude Code session there is woken when mail arrives.",
+            f"while relay serves {request.mcp_url}. The agent becomes reachable when its Claude Code",
+            "session starts there (it registers then, not now), and that session is woken when mail",
+            "arrives.",
         ]
         return lines
 
@@ -123,15 +138,32 @@ def setup(request: SetupRequest) -> SetupReport:
         raise SetupError(f"--dir {folder} is not a folder; create it first or pass another")
     mcp_path, settings_path = folder / MCP_FILE, folder / SETTINGS_FILE
     mcp, settings = _load(mcp_path), _load(settings_path)
+    report = SetupReport(request)
+    report.master_key_form = uses_master_key(mcp)
     _merge_mcp(mcp, request)
     _merge_settings(settings, request)
-    report = SetupReport(request)
     for path, content in ((mcp_path, mcp), (settings_path, settings)):
         name = str(path.relative_to(folder))
         (report.updated if path.exists() else report.created).append(name)
         _write(path, content)
     _check_git(report)
     return report
+
+
+def check(folder: Path) -> None:
+    """Raise ``SetupError`` when ``setup`` would refuse ``folder`` (before anything is issued or written)."""
+    if not folder.is_dir():
+        raise SetupError(f"--dir {folder} is not a folder; create it first or pass another")
+    _load(folder / MCP_FILE)
+    _load(folder / SETTINGS_FILE)
+
+
+def uses_master_key(mcp: dict[str, Any]) -> bool:
+    """Whether an ``.mcp.json`` holds relay's entry of the old form (``--key-file``: the master key)."""
+    servers = mcp.get("mcpServers")
+    server = servers.get(SERVER_NAME) if isinstance(servers, dict) else None
+    helper = server.get("headersHelper") if isinstance(server, dict) else None
+    return isinstance(helper, str) and "--key-file" in helper
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -236,35 +268,36 @@ def _in_work_tree(folder: Path) -> bool:
 
 
 def _check_git(report: SetupReport) -> None:
-    """Ignore the files this run created (when git does not already), note tracked files it changed,
-    and warn about a key file git could pick up."""
+    """Ignore the files this run created and the credential file (when git does not already), note
+    tracked files it changed, and say so when the folder is not in a git work tree."""
     folder = report.request.folder
-    if _in_work_tree(folder):
-        added = [
-            n
-            for n in report.created
-            if (r := _git(folder, "check-ignore", "-q", "--", n)) and r.returncode == 1
-        ]
-        if added:
-            _append_ignores(folder / ".gitignore", added)
-            report.ignored += added
-        for name in report.updated:
-            listed = _git(folder, "ls-files", "--error-unmatch", "--", name)
-            if listed is not None and listed.returncode == 0:
-                report.tracked.append(name)
-    key = report.request.key_file
-    if _in_work_tree(key.parent):
-        ignored = _git(key.parent, "check-ignore", "-q", "--", key.name)
-        if ignored is not None and ignored.returncode == 1:
-            report.warnings.append(
-                f"the key file {key} is a secret inside a git work tree that does not ignore it: "
-                "add it to .gitignore (or keep it elsewhere)"
-            )
+    if not _in_work_tree(folder):
+        report.notes.append(
+            f"{folder} is not in a git repository, so no .gitignore was written; "
+            f"{report.request.credential_file.relative_to(folder)} holds this agent's credential: keep it "
+            "out of anything you share"
+        )
+        return
+    credential = str(report.request.credential_file.relative_to(folder))
+    added = [
+        n
+        for n in [*report.created, credential]
+        if (r := _git(folder, "check-ignore", "-q", "--", n)) and r.returncode == 1
+    ]
+    if added:
+        _append_ignores(folder / ".gitignore", added)
+        report.ignored += added
+    for name in report.updated:
+        listed = _git(folder, "ls-files", "--error-unmatch", "--", name)
+        if listed is not None and listed.returncode == 0:
+            report.tracked.append(name)
 
 
 def _append_ignores(gitignore: Path, names: list[str]) -> None:
     existing = gitignore.read_text() if gitignore.exists() else ""
-    lines = ["# relay setup claude-code: machine-local (this machine's relay command and key file)"]
+    lines = [
+        "# relay setup claude-code: machine-local (the agent's credential, this machine's relay command)"
+    ]
     lines += [f"/{name}" for name in names]
     separator = "" if not existing or existing.endswith("\n") else "\n"
     gitignore.write_text(existing + separator + "\n".join(lines) + "\n")

@@ -8,7 +8,6 @@ docs/dashboard.md.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -16,8 +15,8 @@ from broker.addresses import is_loopback_host
 from broker.front.paths import MCP_PATH, UI_PATH
 from broker.front.ui.access import DEFAULT_LOGIN_TTL, MAX_LOGIN_TTL, OperatorAccess
 from relay.commands import UsageError, bounded_int
-from relay.commands.keys import KEY_FILE_NAME, default_url, signing_keys
-from relay.settings import DataDirSettings, add_options
+from relay.commands.keys import default_url, signing_keys
+from relay.settings import KeyFileSettings, add_options, load
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -35,13 +34,7 @@ def register(subparsers: Subparsers) -> None:
         help="the relay's base URL, e.g. http://127.0.0.1:8080 (default: where `relay serve` with the same "
         "RELAY_HOST / RELAY_PORT listens)",
     )
-    parser.add_argument(
-        "--key-file",
-        type=Path,
-        metavar="PATH",
-        help=f"the signing key relay serves with (default: {KEY_FILE_NAME} in the data dir)",
-    )
-    add_options(parser, DataDirSettings)
+    add_options(parser, KeyFileSettings)
     parser.add_argument(
         "--ttl",
         type=bounded_int(1, MAX_LOGIN_TTL, "seconds"),
@@ -68,6 +61,6 @@ def login_url(base: str, token: str) -> str:
 def _dashboard_url(args: argparse.Namespace) -> int:
     base = args.url or default_url().removesuffix(MCP_PATH)
     login_url(base, "")  # a URL the dashboard cannot be reached at is refused before any key is read
-    access = OperatorAccess(signing_keys(args))
+    access = OperatorAccess(signing_keys(load(KeyFileSettings, args)))
     print(login_url(base, access.mint_login(args.ttl)))
     return 0

@@ -27,7 +27,7 @@ from broker.front.tokens import (
 )
 from broker.ids import check_agent_id, check_session_id
 from relay.commands import UsageError, bounded_int
-from relay.settings import DataDirSettings, ServeSettings, add_options, load
+from relay.settings import KeyFileSettings, ServeSettings, add_options, load
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -99,13 +99,6 @@ def register(subparsers: Subparsers) -> None:
 
 
 def _add_token_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--key-file",
-        type=Path,
-        metavar="PATH",
-        help=f"signing key file (mode 0600; default: {KEY_FILE_NAME} in the data dir, which `relay serve` "
-        "creates on first start)",
-    )
     parser.add_argument("--agent", required=True, help="agent id the token is for, e.g. reviewer")
     parser.add_argument("--session", required=True, help="session id of that agent's conversation")
     parser.add_argument(
@@ -115,7 +108,7 @@ def _add_token_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"token lifetime, 1..{MAX_TTL_SECONDS} (default {DEFAULT_TTL_SECONDS})",
     )
-    add_options(parser, DataDirSettings)
+    add_options(parser, KeyFileSettings)
     parser.add_argument(
         "--network",
         action="store_true",
@@ -134,18 +127,27 @@ def _minted_headers(args: argparse.Namespace) -> dict[str, str]:
     check_agent_id(args.agent, "--agent")
     check_session_id(args.session, "--session")
     audience = NETWORK_AUDIENCE if args.network else None
-    return agent_headers(signing_keys(args), args.agent, args.session, args.ttl, audience=audience)
+    return agent_headers(
+        signing_keys(load(KeyFileSettings, args)), args.agent, args.session, args.ttl, audience=audience
+    )
 
 
-def signing_keys(args: argparse.Namespace) -> KeyRing:
-    """The keys of ``--key-file``, or of the data dir's key (``UsageError`` saying how to get one)."""
-    if args.key_file is not None:
-        return load_key_file(args.key_file)
-    path = data_key_file(load(DataDirSettings, args).data_dir)
+def signing_key_file(settings: KeyFileSettings) -> Path:
+    """Where every command finds relay's signing key: ``--key-file`` (``RELAY_KEY_FILE``), else
+    ``relay.key`` in the data dir (``--data-dir``, ``RELAY_DATA_DIR``), which ``relay serve`` creates."""
+    return settings.key_file if settings.key_file is not None else data_key_file(settings.data_dir)
+
+
+def signing_keys(settings: KeyFileSettings) -> KeyRing:
+    """The keys of ``signing_key_file``; ``UsageError`` with the one advice every command gives when
+    there is none (a new key would not help: the running relay verifies with its own)."""
+    path = signing_key_file(settings)
     if not path.exists():
+        named = "--key-file / RELAY_KEY_FILE" if settings.key_file is not None else "the data dir's key"
         raise UsageError(
-            f"no signing key at {path}: start `relay serve` once from this folder (it creates the key), "
-            "or pass --data-dir (the one relay serve uses) or --key-file"
+            f"no signing key at {path} ({named}): use the key relay serve signs with: run this from the "
+            "folder relay serve runs in (it creates .relay/relay.key on first start), or pass --data-dir "
+            "(its data dir) or --key-file (its --agent-mcp-key-file)"
         )
     try:
         return load_key_file(path)
