@@ -38,7 +38,9 @@ def _read(path: Path) -> bytes | None:
         with path.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise SetupError(f"{path} cannot be read ({exc.strerror}); fix or move it, then run this again") from None
+        raise SetupError(
+            f"{path} cannot be read ({exc.strerror}); fix or move it, then run this again"
+        ) from None
     if len(raw) > MAX_FILE_BYTES:
         raise SetupError(f"{path} is larger than {MAX_FILE_BYTES} bytes; fix or move it, then run this again")
     return raw
@@ -84,7 +86,11 @@ def drop_hooks(groups: list[Any], ours: re.Pattern[str], where: str) -> list[Any
             group["hooks"] = [
                 hook
                 for hook in group["hooks"]
-                if not (isinstance(hook, dict) and isinstance(hook.get("command"), str) and ours.search(hook["command"]))
+                if not (
+                    isinstance(hook, dict)
+                    and isinstance(hook.get("command"), str)
+                    and ours.search(hook["command"])
+                )
             ]
             if not group["hooks"]:
                 continue
@@ -94,7 +100,9 @@ def drop_hooks(groups: list[Any], ours: re.Pattern[str], where: str) -> list[Any
     return kept
 
 
-def merge_hooks(hooks: dict[str, Any], events: Iterable[str], entry: dict[str, Any], ours: re.Pattern[str], where: str) -> None:
+def merge_hooks(
+    hooks: dict[str, Any], events: Iterable[str], entry: dict[str, Any], ours: re.Pattern[str], where: str
+) -> None:
     """Replace relay's hook commands (``ours``) in every event of ``hooks`` by one group holding
     ``entry`` in each of ``events``; the user's own hooks stay where they are."""
     for event in list(hooks):
@@ -196,16 +204,20 @@ class Written:
     def lines(self) -> list[str]:
         lines = []
         if self.ignored:
-            lines.append(f"  .gitignore now ignores {', '.join(self.ignored)} (they name files on this machine)")
+            lines.append(
+                f"  .gitignore now ignores {', '.join(self.ignored)} (they name files on this machine)"
+            )
         lines += [
-            f"  note: {name} is tracked by git; relay's entry names paths on this machine" for name in self.tracked
+            f"  note: {name} is tracked by git; relay's entry names paths on this machine"
+            for name in self.tracked
         ]
         return lines
 
 
-def write_all(folder: Path, files: dict[str, str], client: str) -> Written:
-    """Write every file (name relative to ``folder`` → content), then ignore the new ones in git."""
-    written = Written(folder)
+def write_all(folder: Path, files: dict[str, str], client: str, created: Iterable[str] = ()) -> Written:
+    """Write every file (name relative to ``folder`` → content), then ignore the new ones in git, and
+    also those the caller ``created`` itself (the credential file)."""
+    written = Written(folder, created=list(created))
     for name, content in files.items():
         path = folder / name
         (written.updated if path.exists() else written.created).append(name)
@@ -230,7 +242,9 @@ def check_git(written: Written, client: str) -> None:
     inside = _git(folder, "rev-parse", "--is-inside-work-tree")
     if inside is None or inside.stdout.strip() != "true":
         return
-    added = [n for n in written.created if (r := _git(folder, "check-ignore", "-q", "--", n)) and r.returncode == 1]
+    added = [
+        n for n in written.created if (r := _git(folder, "check-ignore", "-q", "--", n)) and r.returncode == 1
+    ]
     if added:
         gitignore = folder / ".gitignore"
         existing = gitignore.read_text() if gitignore.exists() else ""

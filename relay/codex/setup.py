@@ -24,7 +24,6 @@ import hashlib
 import re
 import shlex
 import shutil
-from dataclasses import dataclass
 from typing import Final
 
 from relay.folder_setup import (
@@ -37,7 +36,6 @@ from relay.folder_setup import (
     load_json,
     merge_hooks,
     merge_toml_table,
-    write_all,
 )
 
 CONFIG_FILE: Final = ".codex/config.toml"
@@ -68,36 +66,31 @@ def hook_command(request: FolderRequest, codex: str) -> str:
     return shlex.join([*argv, "--session", session_id(request), "--codex", codex])
 
 
-@dataclass(frozen=True, slots=True)
-class CodexReport:
-    request: FolderRequest
-    written: Written
-
-    def lines(self) -> list[str]:
-        request, written = self.request, self.written
-        lines = [f"relay: set up Codex in {request.folder} for agent {request.agent} at {request.mcp_url}"]
-        lines.append(
-            f"  {written.verb(CONFIG_FILE)} {CONFIG_FILE}: MCP server \"{SERVER_NAME}\" (url, "
-            "http_headers_helper); the helper exchanges the folder's credential for fresh headers at each "
-            "connection, so no token is stored in any file"
-        )
-        lines.append(
-            f"  {written.verb(HOOKS_FILE)} {HOOKS_FILE}: SessionStart and SessionEnd hooks (`relay hook codex`) "
-            "start a waiter that wakes the idle session with `codex queue` when mail arrives"
-        )
-        lines += written.lines()
-        lines += [
-            "Codex asks two things of you, once for this folder. Run `codex` in",
-            f"{request.folder}: trust the folder when it asks (until then Codex does not read",
-            f"{CONFIG_FILE}), then answer the hooks review with \"Trust all and continue\" (until then the",
-            "hooks do not run and nothing wakes the session). `/mcp` in the session then shows",
-            f"`{SERVER_NAME}` connected with its six tools while relay serves {request.mcp_url}.",
-        ]
-        return lines
+def lines(request: FolderRequest, written: Written) -> list[str]:
+    """What to tell the user: what was written, and what Codex still asks of them."""
+    lines = [f"relay: set up Codex in {request.folder} for agent {request.agent} at {request.mcp_url}"]
+    lines.append(
+        f'  {written.verb(CONFIG_FILE)} {CONFIG_FILE}: MCP server "{SERVER_NAME}" (url, '
+        "http_headers_helper); the helper exchanges the folder's credential for fresh headers at each "
+        "connection, so no token is stored in any file"
+    )
+    lines.append(
+        f"  {written.verb(HOOKS_FILE)} {HOOKS_FILE}: SessionStart and SessionEnd hooks (`relay hook codex`) "
+        "start a waiter that wakes the idle session with `codex queue` when mail arrives"
+    )
+    lines += written.lines()
+    lines += [
+        "Codex asks two things of you, once for this folder. Run `codex` in",
+        f"{request.folder}: trust the folder when it asks (until then Codex does not read",
+        f'{CONFIG_FILE}), then answer the hooks review with "Trust all and continue" (until then the',
+        "hooks do not run and nothing wakes the session). `/mcp` in the session then shows",
+        f"`{SERVER_NAME}` connected with its six tools while relay serves {request.mcp_url}.",
+    ]
+    return lines
 
 
-def setup(request: FolderRequest) -> CodexReport:
-    """Merge both files (see the module docstring); ``SetupError`` before anything is written when an
+def plan(request: FolderRequest) -> dict[str, str]:
+    """Both files merged (see the module docstring), written by the caller; ``SetupError`` when an
     existing file is not what Codex reads."""
     folder = request.folder
     check_folder(folder)
@@ -110,5 +103,4 @@ def setup(request: FolderRequest) -> CodexReport:
     hooks = json_object(hooks_file, "hooks", HOOKS_FILE)
     entry = {"type": "command", "command": hook_command(request, codex_command())}
     merge_hooks(hooks, HOOK_EVENTS, entry, _OURS, HOOKS_FILE)
-    written = write_all(folder, {CONFIG_FILE: config, HOOKS_FILE: json_text(hooks_file)}, "codex")
-    return CodexReport(request, written)
+    return {CONFIG_FILE: config, HOOKS_FILE: json_text(hooks_file)}

@@ -175,7 +175,11 @@ def _queue(options: CodexWait, text: str, log: IO[str]) -> bool:
 
 def _say(log: IO[str], text: str) -> None:
     with contextlib.suppress(OSError, ValueError):
-        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} relay hook codex-wait[{os.getpid()}]: {text}", file=log, flush=True)
+        print(
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S')} relay hook codex-wait[{os.getpid()}]: {text}",
+            file=log,
+            flush=True,
+        )
 
 
 def relay_argv() -> list[str]:

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from broker.front.paths import MCP_PATH
 from broker.ids import check_session_id
@@ -34,7 +34,7 @@ EXIT_ANNOUNCE: Final = 2
 """Gemini CLI: an ``AfterAgent`` hook's exit 2 makes its stderr the session's next prompt."""
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     codex = commands.add_parser(
         "codex",
         help="Codex's SessionStart/SessionEnd hook (relay setup codex): start or stop the waiter",
@@ -61,8 +61,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         )
     for parser in (codex, wait):
         parser.add_argument("--session", required=True, metavar="ID", help="the folder's relay session")
-        parser.add_argument("--codex", default="codex", metavar="CMD", help="the codex command (default codex)")
-    wait.add_argument("--thread", required=True, metavar="ID", help="Codex's session id (codex queue --thread)")
+        parser.add_argument(
+            "--codex", default="codex", metavar="CMD", help="the codex command (default codex)"
+        )
+    wait.add_argument(
+        "--thread", required=True, metavar="ID", help="Codex's session id (codex queue --thread)"
+    )
     after.add_argument(
         "--session-env",
         required=True,
@@ -100,7 +104,7 @@ def _codex(args: argparse.Namespace) -> int:
     thread = codex_waiter.thread_id(hook_input)
     if thread is None:
         return _quiet("the hook's input has no session_id")
-    argv = codex_waiter.relay_argv() + ["hook", "codex-wait", "--credential-file", str(args.credential_file)]
+    argv = [*codex_waiter.relay_argv(), "hook", "codex-wait", "--credential-file", str(args.credential_file)]
     argv += ["--session", session, "--thread", thread, "--codex", args.codex]
     try:
         codex_waiter.start_detached(argv, codex_waiter.log_path(agent, session))

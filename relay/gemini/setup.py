@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Final
 
 from relay.folder_setup import (
@@ -32,7 +31,6 @@ from relay.folder_setup import (
     json_text,
     load_json,
     merge_hooks,
-    write_all,
 )
 
 SETTINGS_FILE: Final = ".gemini/settings.json"
@@ -58,36 +56,31 @@ def waiter_command(request: FolderRequest) -> str:
     return shlex.join([*argv, "--session-env", ENV_SESSION, "--timeout", str(AFTER_AGENT_WAIT_S)])
 
 
-@dataclass(frozen=True, slots=True)
-class GeminiReport:
-    request: FolderRequest
-    written: Written
-
-    def lines(self) -> list[str]:
-        request, written = self.request, self.written
-        folder = request.folder
-        lines = [f"relay: set up Gemini CLI in {folder} for agent {request.agent} at {request.mcp_url}"]
-        lines.append(
-            f"  {written.verb(SETTINGS_FILE)} {SETTINGS_FILE}: MCP server \"{SERVER_NAME}\" (httpUrl, headers "
-            "from ${RELAY_...} variables, no token in any file) and an AfterAgent hook (`relay hook after-turn`) "
-            "that announces mail arriving during a turn when the turn ends"
-        )
-        lines += written.lines()
-        lines += [
-            f"Start Gemini CLI in {folder} with `relay run gemini [ARGS...]`: it exchanges the folder's",
-            "credential for a token, puts the headers in gemini's environment and runs `gemini`.",
-            "The token cannot be refreshed in a running Gemini CLI: it lasts relay's exchange lifetime",
-            "(15 minutes); start the session again (`relay run gemini --resume latest`) after that.",
-            "Gemini CLI cannot be woken while idle: mail is announced at the end of the next turn.",
-            f"Gemini CLI asks one thing of you, once: trust {folder} when it asks (until then it ignores",
-            f"{SETTINGS_FILE}). Then `relay run gemini mcp list` shows `{SERVER_NAME}` Connected.",
-        ]
-        return lines
+def lines(request: FolderRequest, written: Written) -> list[str]:
+    """What to tell the user: what was written, how to start Gemini CLI, what it still asks."""
+    folder = request.folder
+    lines = [f"relay: set up Gemini CLI in {folder} for agent {request.agent} at {request.mcp_url}"]
+    lines.append(
+        f'  {written.verb(SETTINGS_FILE)} {SETTINGS_FILE}: MCP server "{SERVER_NAME}" (httpUrl, headers '
+        "from ${RELAY_...} variables, no token in any file) and an AfterAgent hook (`relay hook after-turn`) "
+        "that announces mail arriving during a turn when the turn ends"
+    )
+    lines += written.lines()
+    lines += [
+        f"Start Gemini CLI in {folder} with `relay run gemini [ARGS...]`: it exchanges the folder's",
+        "credential for a token, puts the headers in gemini's environment and runs `gemini`.",
+        "The token cannot be refreshed in a running Gemini CLI: it lasts relay's exchange lifetime",
+        "(15 minutes); start the session again (`relay run gemini --resume latest`) after that.",
+        "Gemini CLI cannot be woken while idle: mail is announced at the end of the next turn.",
+        f"Gemini CLI asks one thing of you, once: trust {folder} when it asks (until then it ignores",
+        f"{SETTINGS_FILE}). Then `relay run gemini mcp list` shows `{SERVER_NAME}` Connected.",
+    ]
+    return lines
 
 
-def setup(request: FolderRequest) -> GeminiReport:
-    """Merge the settings file (see the module docstring); ``SetupError`` before anything is written
-    when it is not what Gemini CLI reads."""
+def plan(request: FolderRequest) -> dict[str, str]:
+    """The settings file merged (see the module docstring), written by the caller; ``SetupError`` when
+    it is not what Gemini CLI reads."""
     folder = request.folder
     check_folder(folder)
     settings = load_json(folder / SETTINGS_FILE)
@@ -99,5 +92,4 @@ def setup(request: FolderRequest) -> GeminiReport:
     hooks = json_object(settings, "hooks", SETTINGS_FILE)
     entry = {"type": "command", "command": waiter_command(request), "timeout": HOOK_TIMEOUT_MS}
     merge_hooks(hooks, HOOK_EVENTS, entry, _OURS, SETTINGS_FILE)
-    written = write_all(folder, {SETTINGS_FILE: json_text(settings)}, "gemini")
-    return GeminiReport(request, written)
+    return {SETTINGS_FILE: json_text(settings)}
