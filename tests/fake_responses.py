@@ -186,4 +186,6 @@ def _events(number: int, model: str, blocks: Sequence[Block]) -> Iterator[bytes]
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 15,
     }
-    yield event("response.completed", response={**shell, "status": "completed", "output": items, "usage": usage})
+    yield event(
+        "response.completed", response={**shell, "status": "completed", "output": items, "usage": usage}
+    )
