@@ -21,7 +21,8 @@ def register(subparsers: Subparsers) -> None:
         help="start a coding-agent CLI (gemini) with fresh relay headers in its environment",
         description="Exchange the folder's credential (DIR/.relay/credential, written by `relay setup "
         "CLI`) for a new session's agent headers, register the session, and run CLI with ARGS and the "
-        "headers in its environment (the ${RELAY_...} variables its settings name).",
+        "headers in its environment (the ${RELAY_...} variables its settings name). relay's own options come "
+        "before CLI; everything after it goes to the CLI.",
     )
     parser.add_argument("cli", choices=sorted(LAUNCHABLE), metavar="CLI", help=", ".join(sorted(LAUNCHABLE)))
     parser.add_argument(
