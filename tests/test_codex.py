@@ -27,7 +27,8 @@ import redis
 from adapters.redis.keys import Keys
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
-from relay.codex.setup import CONFIG_FILE, HOOKS_FILE
+from relay.codex.setup import CONFIG_FILE, HOOKS_FILE, session_id
+from relay.folder_setup import FolderRequest
 from tests.agent_clis import clean_environment, cli_binary, run_cli, secrets_in
 from tests.claude_code import stop_tree
 from tests.claude_code_relay import relay_serving
