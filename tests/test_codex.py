@@ -270,6 +270,12 @@ def _send(world: CodexWorld, to: str, text: str) -> float:
     return time.monotonic()
 
 
+def _json_in(output: Any) -> Any:
+    """The JSON object Codex put in a tool output (a string, or its last text part)."""
+    text = output if isinstance(output, str) else output[-1]["text"]
+    return json.loads(text[text.index("{") :])
+
+
 def _relay_tools(recorded: Recorded) -> set[str]:
     namespaces = [t for t in recorded.body.get("tools") or [] if t.get("name") == "mcp__relay"]
     return {tool["name"] for ns in namespaces for tool in ns.get("tools", [])}
@@ -302,10 +308,11 @@ def test_a_codex_session_registers_fetches_and_is_woken_by_mail(
     registered_out, fetched_out = json.dumps(outputs[0]["output"]), json.dumps(outputs[-1]["output"])
     assert "registered_at" in registered_out and "superseded" not in registered_out
     assert '\\"envelopes\\": []' in fetched_out.replace('\\"envelopes\\":[]', '\\"envelopes\\": []')
-    session = store.hget(Keys().registration(agent), "session")
-    assert session is not None and session.startswith(
-        "codex-"
-    )  # the folder's session, hooks and helper alike
+    # one relay session for the folder: the waiter's registration (the hooks) and the model's calls (the
+    # helper, run in the shared daemon) name the same one, derived from the folder
+    expected = session_id(FolderRequest(folder, agent, world.serve.url, ()))
+    assert store.hget(Keys().registration(agent), "session") == expected
+    assert _json_in(outputs[0]["output"])["session"] == expected
 
     # idle now: the waiter the SessionStart hook started is blocked on relay's wait
     api.reply(ToolUse("mcp__relay.FetchAgentInbox", {}))
