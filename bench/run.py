@@ -21,6 +21,9 @@ people: ``relay agents`` with 1,000 registered agents and 100,000 queued envelop
 wake: the mail-pending wait (``bench/wake.py``): send -> waiter answered with 100 waiters parked
     (``wake_p50_ms``, ``wake_p99_ms``), and 10,000 idle waiters on one worker (``idle_waiters``,
     ``idle_waiter_kib`` of worker RSS each, ``idle_redis_conns``); ``--quick`` parks 2,000.
+credentials: a per-agent credential's costs (``bench/credentials.py``): ``token_exchange_ms_p50`` /
+    ``_p99`` (``POST /agent/token``), a call with an exchanged token against a key-minted one, and
+    ``relay hook headers`` as Claude Code runs it.
 workbench: 8 agent SDK sessions (``bench/workbench.py``): send -> prompt handed to the session
     (``workbench_prompt_p50_ms``, ``_p99_ms``), idle RSS per session of each runtime, and
     ``workbench_lost`` (0) with session CLIs SIGKILLed mid-stream; skipped without the SDKs.
@@ -704,6 +707,10 @@ async def bench(args: argparse.Namespace) -> int:
                 flush=True,
             )
             figures.update({k: v for k, v in wake.items() if k != "wake_samples"})
+        if not args.skip_credentials:
+            from credentials import credential_figures  # bench/credentials.py
+
+            figures.update(await credential_figures(server.url, samples=100 if quick else 300))
         if not args.skip_workbench:
             from workbench import workbench_figures  # bench/workbench.py
 
@@ -773,6 +780,9 @@ def main() -> int:
         "--skip-people", action="store_true", help="not `relay agents` with 1,000 agents (bench/people.py)"
     )
     parser.add_argument("--skip-wake", action="store_true", help="without the mail-pending wait figures")
+    parser.add_argument(
+        "--skip-credentials", action="store_true", help="without the credential exchange figures"
+    )
     parser.add_argument(
         "--skip-workbench", action="store_true", help="without the Workbench figures (8 SDK sessions)"
     )

@@ -14,7 +14,21 @@ from typing import Final
 
 from broker.text import escaped
 
-EVENT_FIELDS: Final = ("envelope", "from", "to", "agent", "tier", "outcome", "session", "url", "data_dir")
+EVENT_FIELDS: Final = (
+    "envelope",
+    "from",
+    "to",
+    "agent",
+    "tier",
+    "outcome",
+    "session",
+    "url",
+    "data_dir",
+    "event",
+    "credential",
+    "listener",
+    "cause",
+)
 # color_message: uvicorn's copy of the message with terminal colour codes
 _STANDARD: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 
@@ -56,6 +70,29 @@ def configure(log_format: str, level: str) -> None:
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logging.getLogger("mcp").setLevel(logging.WARNING)
+
+
+class _Stderr(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (a command run in-process, as
+    tests do, may have replaced it since)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(self.format(record), file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            self.handleError(record)
+
+
+def audit_lines(name: str = "relay.credentials") -> None:
+    """JSON lines on stderr for the audit logger ``name`` in a command that configures no logging
+    (``relay credentials``, ``relay setup claude-code``): one handler, whatever the calls."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        handler = _Stderr()
+        handler.setFormatter(JsonFormatter())
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def _plain(value: object) -> str:

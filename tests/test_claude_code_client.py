@@ -66,7 +66,7 @@ def test_the_user_trusts_the_folder_once_and_nothing_else_is_asked(
     claude_binary: Path, tmp_path: Path, redis_url: str
 ) -> None:
     folder = tmp_path / "author"
-    with relay_serving(tmp_path, redis_url) as (serve, key):
+    with relay_serving(tmp_path, redis_url) as (serve, _key):
         printed = set_up(folder, serve.url, "author", redis_url)
         home = ClaudeHome(tmp_path / "home").write()
 
@@ -114,7 +114,7 @@ def test_without_relays_approval_entry_the_project_server_waits_for_approval(
     claude_binary: Path, tmp_path: Path, redis_url: str
 ) -> None:
     folder = tmp_path / "author"
-    with relay_serving(tmp_path, redis_url) as (serve, key):
+    with relay_serving(tmp_path, redis_url) as (serve, _key):
         set_up(folder, serve.url, "author", redis_url)
         settings = read_json(folder / ".claude" / "settings.local.json")
         del settings["enabledMcpjsonServers"]
@@ -146,18 +146,10 @@ def test_what_claude_code_hands_the_helper_and_the_hooks(
     logger = tmp_path / "log-and-run.sh"
     logger.write_text(LOGGER)
     logger.chmod(0o755)
-    with relay_serving(tmp_path, redis_url) as (serve, key), FakeAnthropic() as api:
-        relay = [
-            sys.executable,
-            "-m",
-            "relay",
-            "hook",
-            "headers",
-            "--key-file",
-            str(key),
-            "--agent",
-            "author",
-        ]
+    with relay_serving(tmp_path, redis_url) as (serve, _key), FakeAnthropic() as api:
+        set_up(folder, serve.url, "author", redis_url)  # the credential file; both files rewritten below
+        credential = folder / ".relay" / "credential"
+        relay = [sys.executable, "-m", "relay", "hook", "headers", "--credential-file", str(credential)]
         helper = f"LOGS={logs} {logger} helper {shlex.join(relay)} --ttl 3 --claude-pid $PPID"
         write_json(
             folder / ".mcp.json",

@@ -1,4 +1,6 @@
 """``relay setup claude-code``: the files it writes, merging and idempotence, bad input, git hygiene.
+Each run issues a credential in the test run's Redis (``--redis-url``); what the credential does
+through a real relay is in ``test_agent_credentials.py``.
 
 The real client reading these files is in ``test_claude_code_client.py`` and ``test_claude_code_wake.py``.
 """
@@ -41,15 +43,21 @@ def relay(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
-def key(tmp_path: Path, relay: Relay) -> Path:
-    path = tmp_path / "keys" / "relay.key"
-    path.parent.mkdir()
-    assert relay("keygen", path).returncode == 0
-    return path
+def store(redis_url: str) -> str:
+    return redis_url
 
 
-def _setup(relay: Relay, folder: Path, key: Path, agent: str = "author") -> subprocess.CompletedProcess[str]:
-    return relay("setup", "claude-code", "--url", URL, "--agent", agent, "--key-file", key, "--dir", folder)
+def _setup(relay: Relay, folder: Path, store: str, agent: str = "author") -> subprocess.CompletedProcess[str]:
+    return relay(
+        "setup", "claude-code", "--url", URL, "--agent", agent, "--redis-url", store, "--dir", folder
+    )
+
+
+def _credential(folder: Path) -> dict[str, str]:
+    path = folder / ".relay" / "credential"
+    assert path.stat().st_mode & 0o777 == 0o600
+    found: dict[str, str] = json.loads(path.read_text())
+    return found
 
 
 def _json(path: Path) -> Any:
@@ -63,36 +71,40 @@ def _ours(settings: dict[str, Any], event: str) -> list[dict[str, Any]]:
 
 
 def test_a_fresh_folder_gets_the_server_the_hooks_and_the_approval(
-    tmp_path: Path, key: Path, relay: Relay
+    tmp_path: Path, store: str, relay: Relay
 ) -> None:
     folder = tmp_path / "author"
     folder.mkdir()
 
-    done = _setup(relay, folder, key)
+    done = _setup(relay, folder, store)
 
     assert done.returncode == 0, done.stderr
     server = _json(folder / ".mcp.json")["mcpServers"]["relay"]
     assert server["type"] == "http" and server["url"] == URL
+    credential = folder / ".relay" / "credential"
     assert server["headersHelper"].endswith(
-        f"hook headers --key-file {key} --agent author --claude-pid $PPID"
+        f"hook headers --credential-file {credential} --claude-pid $PPID"
     ), server
+    assert _credential(folder)["agent"] == "author" and _credential(folder)["url"] == URL
     assert "headers" not in server and "Bearer" not in (folder / ".mcp.json").read_text()
     settings = _json(folder / ".claude" / "settings.local.json")
     for event in HOOK_EVENTS:
         (hook,) = _ours(settings, event)
         assert hook["type"] == "command" and hook["asyncRewake"] is True
         assert hook["timeout"] == HOOK_TIMEOUT_S and f"--timeout {WAITER_TIMEOUT_S}" in hook["command"]
-        assert f"hook wait --url {URL} --key-file {key} --agent author" in hook["command"]
+        assert f"hook wait --credential-file {credential} --timeout" in hook["command"]
         assert hook["command"].endswith("--claude-pid $PPID")
     assert settings["enabledMcpjsonServers"] == ["relay"]
     assert "Bearer" not in (folder / ".claude" / "settings.local.json").read_text()
     out = done.stdout
     assert "no token is stored in any file" in out
     assert "trust" in out and "headersHelper not run" in out and "✔ Connected" in out
+    assert f"warning: nothing answers at {URL}" in out  # no relay serves the URL in this test
+    assert "becomes reachable when its Claude Code" in out
 
 
 def test_it_merges_into_existing_files_and_a_rerun_changes_nothing_more(
-    tmp_path: Path, key: Path, relay: Relay
+    tmp_path: Path, store: str, relay: Relay
 ) -> None:
     folder = tmp_path / "author"
     (folder / ".claude").mkdir(parents=True)
@@ -112,9 +124,9 @@ def test_it_merges_into_existing_files_and_a_rerun_changes_nothing_more(
         )
     )
 
-    assert _setup(relay, folder, key).returncode == 0
+    assert _setup(relay, folder, store).returncode == 0
     first = ((folder / ".mcp.json").read_text(), (folder / ".claude" / "settings.local.json").read_text())
-    again = _setup(relay, folder, key)
+    again = _setup(relay, folder, store)
     assert again.returncode == 0, again.stderr
 
     assert (
@@ -132,18 +144,18 @@ def test_it_merges_into_existing_files_and_a_rerun_changes_nothing_more(
     assert "updated .mcp.json" in again.stdout
 
 
-def test_a_rerun_with_another_agent_replaces_relays_entries(tmp_path: Path, key: Path, relay: Relay) -> None:
+def test_a_rerun_with_another_agent_replaces_relays_entries(tmp_path: Path, store: str, relay: Relay) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
-    assert _setup(relay, folder, key, agent="author").returncode == 0
+    assert _setup(relay, folder, store, agent="author").returncode == 0
 
-    assert _setup(relay, folder, key, agent="reviewer").returncode == 0
+    assert _setup(relay, folder, store, agent="reviewer").returncode == 0
 
-    assert "--agent reviewer" in _json(folder / ".mcp.json")["mcpServers"]["relay"]["headersHelper"]
+    assert _credential(folder)["agent"] == "reviewer"
     settings = _json(folder / ".claude" / "settings.local.json")
     for event in HOOK_EVENTS:
         (hook,) = _ours(settings, event)
-        assert "--agent reviewer" in hook["command"]
+        assert "--credential-file" in hook["command"]
 
 
 @pytest.mark.parametrize(
@@ -157,14 +169,14 @@ def test_a_rerun_with_another_agent_replaces_relays_entries(tmp_path: Path, key:
     ],
 )
 def test_a_file_it_cannot_read_as_claude_code_does_changes_nothing(
-    tmp_path: Path, key: Path, relay: Relay, name: str, content: str, says: str
+    tmp_path: Path, store: str, relay: Relay, name: str, content: str, says: str
 ) -> None:
     folder = tmp_path / "folder"
     (folder / ".claude").mkdir(parents=True)
     (folder / name).write_text(content)
     before = sorted(p.name for p in folder.rglob("*"))
 
-    done = _setup(relay, folder, key)
+    done = _setup(relay, folder, store)
 
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
     assert (folder / name).read_text() == content
@@ -172,16 +184,16 @@ def test_a_file_it_cannot_read_as_claude_code_does_changes_nothing(
 
 
 def test_bad_arguments_are_refused_before_anything_is_written(
-    tmp_path: Path, key: Path, relay: Relay
+    tmp_path: Path, store: str, relay: Relay
 ) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
     cases = [
-        (("--url", "ftp://x", "--agent", "a", "--key-file", str(key)), "not an http(s) URL"),
-        (("--url", URL, "--agent", "Bad Agent", "--key-file", str(key)), "agent"),
-        (("--url", URL, "--agent", "a", "--key-file", str(tmp_path / "missing.key")), "does not exist"),
+        (("--url", "ftp://x", "--agent", "a", "--redis-url", store), "not an http(s) URL"),
+        (("--url", URL, "--agent", "Bad Agent", "--redis-url", store), "agent"),
+        (("--url", URL, "--agent", "a", "--redis-url", "http://x"), "not a Redis URL"),
         (
-            ("--url", URL, "--agent", "a", "--key-file", str(key), "--dir", str(tmp_path / "nope")),
+            ("--url", URL, "--agent", "a", "--redis-url", store, "--dir", str(tmp_path / "nope")),
             "not a folder",
         ),
     ]
@@ -195,24 +207,17 @@ def test_bad_arguments_are_refused_before_anything_is_written(
     assert list(folder.iterdir()) == []
 
 
-def test_without_key_file_it_uses_the_data_dirs_key(
-    tmp_path: Path, key: Path, relay: Relay, monkeypatch: pytest.MonkeyPatch
+def test_without_a_running_relay_it_says_so_and_writes_nothing(
+    tmp_path: Path, relay: Relay, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder, data = tmp_path / "folder", tmp_path / "data"
     folder.mkdir()
     monkeypatch.setenv("RELAY_DATA_DIR", str(data))
-    args = ("setup", "claude-code", "--url", URL, "--agent", "a", "--dir", folder)
-    missing = relay(*args)
-    assert missing.returncode == 1 and str(data / "relay.key") in missing.stderr
 
-    data.mkdir()
-    (data / "relay.key").write_bytes(key.read_bytes())
-    (data / "relay.key").chmod(0o600)
-    done = relay(*args)
+    missing = relay("setup", "claude-code", "--url", URL, "--agent", "a", "--dir", folder)
 
-    assert done.returncode == 0, done.stderr
-    helper = _json(folder / ".mcp.json")["mcpServers"]["relay"]["headersHelper"]
-    assert f"--key-file {data / 'relay.key'}" in helper
+    assert missing.returncode == 2 and "relay is not running here" in missing.stderr, missing.stderr
+    assert list(folder.iterdir()) == []
 
 
 def _git(folder: Path, *args: str) -> str:
@@ -222,23 +227,23 @@ def _git(folder: Path, *args: str) -> str:
 
 
 def test_in_a_git_work_tree_the_files_it_creates_are_ignored_and_git_status_shows_no_secret(
-    tmp_path: Path, key: Path, relay: Relay
+    tmp_path: Path, store: str, relay: Relay
 ) -> None:
     folder = tmp_path / "repo"
     folder.mkdir()
     _git(folder, "init", "-q")
 
-    done = _setup(relay, folder, key)
+    done = _setup(relay, folder, store)
 
     assert done.returncode == 0, done.stderr
-    assert ".gitignore now ignores .mcp.json, .claude/settings.local.json" in done.stdout
+    assert ".gitignore now ignores .mcp.json, .claude/settings.local.json, .relay/credential" in done.stdout
     assert _git(folder, "status", "--porcelain", "--untracked-files=all").split() == ["??", ".gitignore"]
     assert "Bearer" not in (folder / ".gitignore").read_text()
-    assert "warning" not in done.stdout  # the key lives outside the work tree
+    assert _credential(folder)["credential"] not in _git(folder, "status", "--porcelain", "--ignored")
 
 
 def test_a_tracked_mcp_json_is_merged_and_noted_and_nothing_else_is_ignored(
-    tmp_path: Path, key: Path, relay: Relay
+    tmp_path: Path, store: str, relay: Relay
 ) -> None:
     folder = tmp_path / "repo"
     folder.mkdir()
@@ -246,20 +251,24 @@ def test_a_tracked_mcp_json_is_merged_and_noted_and_nothing_else_is_ignored(
     (folder / ".mcp.json").write_text('{"mcpServers": {}}')
     _git(folder, "add", ".mcp.json")
 
-    done = _setup(relay, folder, key)
+    done = _setup(relay, folder, store)
 
     assert "note: .mcp.json is tracked by git" in done.stdout
-    assert (folder / ".gitignore").read_text().splitlines()[1:] == ["/.claude/settings.local.json"]
+    assert (folder / ".gitignore").read_text().splitlines()[1:] == [
+        "/.claude/settings.local.json",
+        "/.relay/credential",
+    ]
 
 
-def test_a_key_file_git_could_pick_up_is_warned_about(tmp_path: Path, relay: Relay) -> None:
+def test_a_folder_that_is_also_relays_data_dir_is_warned_about(
+    tmp_path: Path, store: str, relay: Relay
+) -> None:
     folder = tmp_path / "repo"
-    folder.mkdir()
-    _git(folder, "init", "-q")
-    key = folder / "relay.key"
-    assert relay("keygen", key).returncode == 0
+    (folder / ".relay").mkdir(parents=True)
+    assert relay("keygen", folder / ".relay" / "relay.key").returncode == 0
 
-    done = _setup(relay, folder, key)
+    done = _setup(relay, folder, store)
 
     assert done.returncode == 0
-    assert f"warning: the key file {key} is a secret inside a git work tree" in done.stdout
+    assert f"warning: {folder} is also a relay data dir: its relay.key (relay's master key)" in done.stdout
+    assert "relay.key" not in (folder / ".mcp.json").read_text()

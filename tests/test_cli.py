@@ -138,8 +138,10 @@ def test_mcp_config_refuses_bad_urls(key_file: Path, url: str, fragment: str) ->
 def test_missing_key_file(tmp_path: Path) -> None:
     missing = tmp_path / "missing.key"
     result = run_relay("agent-headers", "--key-file", missing, "--agent", "a", "--session", "s")
-    assert_one_error_line(result, str(missing), "relay keygen")
-    assert result.returncode == 1
+    # the one advice of every command (issue 21 item 17): the running relay's key, never a new one
+    assert_one_error_line(result, f"no signing key at {missing} (--key-file / RELAY_KEY_FILE)")
+    assert "relay keygen" not in result.stderr and "use the key relay serve signs with" in result.stderr
+    assert result.returncode == 2
 
 
 @pytest.mark.parametrize("command", ["agent-headers", "mcp-config"])

@@ -238,7 +238,7 @@ def test_dashboard_url_refuses_what_cannot_work(tmp_path: Any) -> None:
     remote = run_relay("dashboard-url", "--key-file", key, "--url", "http://10.1.2.3:8080")
     assert remote.returncode == 2 and "loopback" in remote.stderr
     missing = run_relay("dashboard-url", "--key-file", tmp_path / "none.key")
-    assert missing.returncode == 1 and "relay keygen" in missing.stderr
+    assert missing.returncode == 2 and "use the key relay serve signs with" in missing.stderr
     ttl = run_relay("dashboard-url", "--key-file", key, "--ttl", "99999")
     assert ttl.returncode == 2 and "1..3600" in ttl.stderr
 

@@ -103,7 +103,11 @@ def operations_find_the_embedded_server(folder: Path, port: int) -> None:
 def test_without_a_key_the_token_commands_say_how_to_get_one(tmp_path: Path) -> None:
     made = relay(tmp_path, free_port(), "mcp-config", "--agent", "alice", "--session", "a-1")
     assert made.returncode == 2 and made.stdout == ""
-    assert "no signing key at .relay/relay.key: start `relay serve` once from this folder" in made.stderr
+    assert (
+        "no signing key at .relay/relay.key (the data dir's key): use the key relay serve signs with: run "
+        in made.stderr
+    )
+    assert "this from the folder relay serve runs in" in made.stderr
 
 
 @pytest.mark.parametrize("path", [".relay/", ".relay/relay.key", "relay.key", ".mcp.json", "a/b/.mcp.json"])

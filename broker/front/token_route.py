@@ -1,16 +1,16 @@
 """``POST /agent/token``: a per-agent credential exchanged for the short-lived token ``/mcp/agent`` checks.
 
 Request: ``Authorization: Bearer <id>.<secret>`` (a credential of ``relay credentials issue``) and the
-body ``{"agent": ID, "session": SID}`` (and optionally ``"ttl_seconds"``, for a shorter lifetime). Answer (200): ``{"token", "expires_at", "expires_in",
-"headers"}``, the token signed with the relay's key, bound to the agent, the session, this listener's
-audience and the credential's id, valid ``EXCHANGE_TTL_SECONDS`` (never past the credential's expiry),
-and ``headers`` the three an agent sends. Refusals: 400 for a bad body, 401 with ``cause``
-``unknown_credential`` (no such id, or a wrong secret: the two are not told apart), ``revoked``,
-``expired``, ``wrong_audience`` (a loopback credential on the network listener, or the reverse) or
-``wrong_agent``; 429 ``too_many_failures`` after ``MAX_FAILURES`` wrong credentials from one client for
-one id within ``FAILURE_WINDOW_SECONDS`` (nothing is looked up meanwhile); 503 when the store does not
-answer. Every exchange and refusal is one audit log line (``relay.credentials``) and a count of
-``csf_relay_credentials_total{event}``.
+body ``{"agent": ID, "session": SID}`` (optionally ``"ttl_seconds"``, for a shorter lifetime). Answer
+(200): ``{"token", "expires_at", "expires_in", "headers"}``, the token signed with the relay's key,
+bound to the agent, the session, this listener's audience and the credential's id, valid
+``EXCHANGE_TTL_SECONDS`` (never past the credential's expiry), and ``headers`` the three an agent sends.
+Refusals: 400 for a bad body, 401 with ``cause`` ``unknown_credential`` (no such id, or a wrong secret:
+the two are not told apart), ``revoked``, ``expired``, ``wrong_audience`` (a loopback credential on the
+network listener, or the reverse) or ``wrong_agent``; 429 ``too_many_failures`` after ``MAX_FAILURES``
+wrong credentials from one client for one id within ``FAILURE_WINDOW_SECONDS`` (nothing is looked up
+meanwhile); 503 when the store does not answer. Every exchange and refusal is one audit log line
+(``relay.credentials``) and a count of ``csf_relay_credentials_total{event}``.
 
 A token names its credential, and ``CredentialGate`` refuses it (401 ``revoked``) once the credential is
 revoked: each process asks the store again when its answer is ``REVOCATION_CHECK_SECONDS`` old, so a
@@ -87,12 +87,19 @@ class FailureLimit:
             return 0.0
         return failures[0] + self.window - now
 
-    def failed(self, key: tuple[str, str], now: float) -> None:
+    def attempt(self, key: tuple[str, str], now: float) -> None:
+        """Count an attempt as a failure before it is checked (so that concurrent attempts cannot all
+        pass ``retry_after`` at once); ``forgive`` takes it back when it succeeds."""
         failures = self._failures.setdefault(key, deque(maxlen=self.limit))
         failures.append(now)
         self._failures.move_to_end(key)
         while len(self._failures) > MAX_TRACKED:
             self._failures.popitem(last=False)
+
+    def forgive(self, key: tuple[str, str], now: float) -> None:
+        failures = self._failures.get(key)
+        if failures is not None and now in failures:
+            failures.remove(now)
 
 
 class CredentialGate:
@@ -182,11 +189,12 @@ class TokenRoute:
             limited = TooManyFailures(wait, self.failures.limit, self.failures.window)
             self._log("refused", agent, parts[0] if parts else None, host, cause=limited.code)
             return http_status(limited), error_body(limited)
+        self.failures.attempt((host, ident), now)
         try:
             record = await self.store.get(parts[0]) if parts is not None else None
             if record is None or parts is None or not record.matches(parts[1]):
-                self.failures.failed((host, ident), now)
                 raise AuthError("unknown_credential")
+            self.failures.forgive((host, ident), now)
             now_ms = int(time.time() * 1000)
             self._check(record, agent, now_ms)
             if record.expires_at_ms is not None:
@@ -197,7 +205,8 @@ class TokenRoute:
             await self.store.used(record.id, now_ms)
         except AuthError as exc:
             return await self._refused(exc, agent, parts[0] if parts else None, host)
-        except RelayError as exc:  # the store does not answer: nothing was minted
+        except RelayError as exc:  # the store does not answer: nothing was minted, nothing counted
+            self.failures.forgive((host, ident), now)
             return http_status(exc), error_body(exc)
         self._log("exchanged", agent, record.id, host, session=session)
         headers = {"Authorization": f"Bearer {token}", AGENT_HEADER: agent, SESSION_HEADER: session}

@@ -150,12 +150,14 @@ def setup(request: SetupRequest) -> SetupReport:
     return report
 
 
-def check(folder: Path) -> None:
-    """Raise ``SetupError`` when ``setup`` would refuse ``folder`` (before anything is issued or written)."""
+def check(request: SetupRequest) -> None:
+    """Raise ``SetupError`` when ``setup`` would refuse ``request`` (run before anything is issued or
+    written: the merges are done and thrown away)."""
+    folder = request.folder
     if not folder.is_dir():
         raise SetupError(f"--dir {folder} is not a folder; create it first or pass another")
-    _load(folder / MCP_FILE)
-    _load(folder / SETTINGS_FILE)
+    _merge_mcp(_load(folder / MCP_FILE), request)
+    _merge_settings(_load(folder / SETTINGS_FILE), request)
 
 
 def uses_master_key(mcp: dict[str, Any]) -> bool:

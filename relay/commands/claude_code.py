@@ -83,8 +83,10 @@ def _setup_claude_code(args: argparse.Namespace) -> int:
     url = endpoint_url(args.url)
     agent = check_agent_id(args.agent, "--agent")
     folder = Path(os.path.abspath(args.dir or Path.cwd()))
+    path = credential_file.path_in(folder)
+    request = SetupRequest(folder, agent, url, path, relay_command())
     try:
-        check(folder)
+        check(request)
     except SetupError as exc:
         raise UsageError(str(exc)) from None
     settings = load(StoreSettings, args)
@@ -101,14 +103,13 @@ def _setup_claude_code(args: argparse.Namespace) -> int:
             f"{folder} is also a relay data dir: its {master.name} (relay's master key) is readable by "
             "this agent; run relay serve from another folder"
         )
-    path = credential_file.path_in(folder)
     previous = previous_credential(path)
-    logs.configure("json", "info")
+    logs.audit_lines()
     store = store_for(settings, "setup claude-code")
     record, text = issue_credential(store, agent, label=args.label or f"claude-code {folder}")
     credential_file.write(path, credential_file.CredentialFile(url, agent, text))
     try:
-        report = setup(SetupRequest(folder, agent, url, path, relay_command()))
+        report = setup(request)
     except SetupError as exc:
         revoke_credentials(store_for(settings, "setup claude-code"), [record.id], None)
         raise UsageError(str(exc)) from None

@@ -142,7 +142,7 @@ def revoke_credentials(store: RedisCredentials, ids: list[str] | None, agent: st
 
 
 def _issue(args: argparse.Namespace) -> int:
-    logs.configure("json", "info")
+    logs.audit_lines()
     store = store_for(load(StoreSettings, args), "credentials issue")
     record, text = issue_credential(
         store, args.agent, label=args.label, expires=args.expires, network=args.network
@@ -202,7 +202,7 @@ def _revoke(args: argparse.Namespace) -> int:
         raise UsageError("give a credential ID or --agent ID (every credential of that agent), not both")
     ids = [check_credential_id(args.id, "ID")] if args.id is not None else None
     agent = check_agent_id(args.agent, "--agent") if args.agent is not None else None
-    logs.configure("json", "info")
+    logs.audit_lines()
     done = revoke_credentials(store_for(load(StoreSettings, args), "credentials revoke"), ids, agent)
     if not done:
         print(f"relay: agent {agent} has no credentials; nothing revoked")

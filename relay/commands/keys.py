@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from broker.front.key_file import KeyFileError, load_key_file, write_key_file
+from broker.front.key_file import load_key_file, write_key_file
 from broker.front.paths import MCP_PATH
 from broker.front.tokens import (
     DEFAULT_TTL_SECONDS,
@@ -149,10 +149,7 @@ def signing_keys(settings: KeyFileSettings) -> KeyRing:
             "folder relay serve runs in (it creates .relay/relay.key on first start), or pass --data-dir "
             "(its data dir) or --key-file (its --agent-mcp-key-file)"
         )
-    try:
-        return load_key_file(path)
-    except KeyFileError as exc:
-        raise UsageError(str(exc)) from None
+    return load_key_file(path)  # a key file that is there but unusable: its own KeyFileError (exit 1)
 
 
 def default_url() -> str:

@@ -117,7 +117,7 @@ def _setup(args: argparse.Namespace) -> int:
     path = request.credential_file
     new_credential = not path.exists()
     previous = claude_code.previous_credential(path)
-    logs.configure("json", "info")
+    logs.audit_lines()
     record, text = issue_credential(
         store_for(settings, f"setup {name}"), agent, label=args.label or f"{name} {folder}"
     )
