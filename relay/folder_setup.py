@@ -27,6 +27,24 @@ SERVER_NAME: Final = "relay"
 """The name of relay's MCP server entry in every client's config."""
 
 
+ENV_AUTHORIZATION: Final = "RELAY_AUTHORIZATION"
+ENV_AGENT: Final = "RELAY_AGENT_ID"
+ENV_SESSION: Final = "RELAY_SESSION_ID"
+HEADER_ENV: Final = {
+    "Authorization": ENV_AUTHORIZATION,
+    "X-CSF-Agent-ID": ENV_AGENT,
+    "X-CSF-Session-ID": ENV_SESSION,
+}
+"""Each agent header and the variable ``relay run CLI`` puts it in, for CLIs that expand ``${VAR}``."""
+
+
+def variable_headers(empty_default: bool = False) -> dict[str, str]:
+    """The agent headers as ``${VAR}`` references (``${VAR:-}`` with ``empty_default``: an unset variable
+    is then no error, which Claude Code needs when it reads the same entry)."""
+    suffix = ":-" if empty_default else ""
+    return {header: f"${{{variable}{suffix}}}" for header, variable in HEADER_ENV.items()}
+
+
 class SetupError(ValueError):
     """The folder cannot be set up as asked; the message says why and what to do. Nothing was written."""
 

@@ -1,8 +1,10 @@
-"""``relay run gemini [ARGS...]``: start a coding-agent CLI whose MCP headers come from its environment.
+"""``relay run gemini|copilot [ARGS...]``: start a coding-agent CLI whose MCP headers come from its
+environment.
 
-Gemini CLI runs no headers helper; it expands ``${VAR}`` in its settings from its own environment at
-each connection (``relay setup gemini`` writes ``${RELAY_...}`` there). The launcher reads the folder's
-credential file, picks the relay session (``gemini-<pid>-<start>``: the PID stays the CLI's after
+Gemini CLI runs no headers helper, and the Copilot CLI ignores one; both expand ``${VAR}`` in their MCP
+config from their own environment at each connection (``relay setup gemini|copilot`` writes
+``${RELAY_...}`` there). The launcher reads the folder's
+credential file, picks the relay session (``NAME-<pid>-<start>``: the PID stays the CLI's after
 ``exec``, so a restarted CLI is a new session that takes over the inbox), exchanges the credential for
 the session's headers, registers the session (``RegisterAgentAddress``, so mail is kept for it before
 the model calls anything), puts the headers in the environment and replaces itself with the CLI.
@@ -26,7 +28,7 @@ from broker.ids import check_session_id
 from relay import credential_file
 from relay.claude_code import relay_http
 from relay.claude_code.session import ClaudeProcess
-from relay.gemini import setup as gemini_setup
+from relay.folder_setup import ENV_SESSION, HEADER_ENV
 
 REGISTER_PROVIDER: Final = "claudecode"
 """The host-tier provider the launched session registers as (a local agent reached on this machine)."""
@@ -42,7 +44,8 @@ class Launchable:
 
 
 LAUNCHABLE: Final[dict[str, Launchable]] = {
-    "gemini": Launchable("gemini", gemini_setup.HEADER_ENV, gemini_setup.ENV_SESSION),
+    "gemini": Launchable("gemini", HEADER_ENV, ENV_SESSION),
+    "copilot": Launchable("copilot", HEADER_ENV, ENV_SESSION),
 }
 
 

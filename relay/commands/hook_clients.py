@@ -2,9 +2,10 @@
 
 - ``codex``: the Codex ``SessionStart``/``SessionEnd`` hook; starts (stops) the detached waiter.
 - ``codex-wait``: that waiter (``relay.codex.waiter``), which wakes an idle session with ``codex queue``.
-- ``after-turn``: an end-of-turn hook (Gemini CLI's ``AfterAgent``) for CLIs that cannot be woken while
-  idle: it waits a short while for mail and, when there is some, answers with relay's summary the way
-  the CLI turns into a next prompt (exit 2 and the summary on stderr).
+- ``after-turn``: an end-of-turn hook (Gemini CLI's ``AfterAgent``, the Copilot CLI's ``agentStop``) for
+  CLIs that cannot be woken while idle: it waits a short while for mail and, when there is some,
+  answers with relay's summary the way the CLI turns into a next prompt (``--answer exit2``: exit 2 and
+  the summary on stderr; ``--answer decision``: ``{"decision": "block", "reason": SUMMARY}`` on stdout).
 
 Each reads the folder's credential file (``relay.credential_file``) and exchanges it for short-lived
 agent headers; none holds the signing key. Like ``relay hook``, stdlib only: they run at every turn.
@@ -80,6 +81,13 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="SECONDS",
         help="how long to wait for mail at the end of a turn (default 2)",
     )
+    after.add_argument(
+        "--answer",
+        choices=("exit2", "decision"),
+        default="exit2",
+        help="how to hand the CLI the summary: exit 2 with it on stderr (Gemini CLI, the default) or a "
+        '{"decision": "block", "reason": ...} line on stdout (Copilot CLI)',
+    )
     codex.set_defaults(handler=_codex)
     wait.set_defaults(handler=_codex_wait)
     after.set_defaults(handler=_after_turn)
@@ -145,7 +153,11 @@ def _after_turn(args: argparse.Namespace) -> int:
     except (ValueError, credential_file.CredentialFileError) as exc:
         return _quiet(str(exc))
     if pending.count == 0:
-        print(json.dumps({}))  # Gemini CLI reads a hook's stdout as JSON: an empty object changes nothing
+        print(json.dumps({}))  # both CLIs read a hook's stdout as JSON: an empty object changes nothing
         return EXIT_QUIET
-    print(summary(credential.agent, pending.answer), file=sys.stderr, flush=True)
+    text = summary(credential.agent, pending.answer)
+    if args.answer == "decision":
+        print(json.dumps({"decision": "block", "reason": text}), flush=True)
+        return EXIT_QUIET
+    print(text, file=sys.stderr, flush=True)
     return EXIT_ANNOUNCE

@@ -26,6 +26,7 @@ from relay.codex import setup as codex_setup
 from relay.commands import UsageError, claude_code
 from relay.commands.credentials import issue_credential, revoke_credentials, store_for
 from relay.commands.keys import data_key_file, endpoint_url
+from relay.copilot import setup as copilot_setup
 from relay.folder_setup import CREDENTIAL_FILE, FolderRequest, SetupError, Written, check_folder, write_all
 from relay.gemini import setup as gemini_setup
 from relay.settings import DEFAULT_DATA_DIR, StoreSettings, add_options, load
@@ -60,6 +61,14 @@ CLIENTS: dict[str, Client] = {
         "at the end of each turn.",
         gemini_setup.plan,
         gemini_setup.lines,
+    ),
+    "copilot": Client(
+        "set up a folder for one Copilot CLI agent (MCP server, end-of-turn hook; then `relay run copilot`)",
+        "Make DIR ready for one Copilot CLI agent: DIR/.mcp.json gets the relay server with headers from "
+        "${RELAY_...} variables that `relay run copilot` fills (a Claude Code headersHelper there is kept), "
+        "DIR/.github/hooks/relay.json an agentStop hook announcing mail at the end of each turn.",
+        copilot_setup.plan,
+        copilot_setup.lines,
     ),
 }
 

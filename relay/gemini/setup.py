@@ -23,6 +23,7 @@ import shlex
 from typing import Final
 
 from relay.folder_setup import (
+    ENV_SESSION,
     SERVER_NAME,
     FolderRequest,
     Written,
@@ -31,6 +32,7 @@ from relay.folder_setup import (
     json_text,
     load_json,
     merge_hooks,
+    variable_headers,
 )
 
 SETTINGS_FILE: Final = ".gemini/settings.json"
@@ -39,15 +41,6 @@ AFTER_AGENT_WAIT_S: Final = 2
 """How long the end-of-turn hook waits for mail before the session goes idle without it."""
 HOOK_TIMEOUT_MS: Final = (AFTER_AGENT_WAIT_S + 28) * 1000
 """The hook's ``timeout`` (milliseconds): Gemini CLI stops it after this (60 s when unset)."""
-ENV_AUTHORIZATION: Final = "RELAY_AUTHORIZATION"
-ENV_AGENT: Final = "RELAY_AGENT_ID"
-ENV_SESSION: Final = "RELAY_SESSION_ID"
-HEADER_ENV: Final = {
-    "Authorization": ENV_AUTHORIZATION,
-    "X-CSF-Agent-ID": ENV_AGENT,
-    "X-CSF-Session-ID": ENV_SESSION,
-}
-"""Each agent header and the variable ``relay run gemini`` puts it in."""
 _OURS: Final = re.compile(r"\bhook after-turn\b.*--credential-file")
 
 
@@ -87,7 +80,7 @@ def plan(request: FolderRequest) -> dict[str, str]:
     servers = json_object(settings, "mcpServers", SETTINGS_FILE)
     servers[SERVER_NAME] = {
         "httpUrl": request.mcp_url,
-        "headers": {header: f"${{{variable}}}" for header, variable in HEADER_ENV.items()},
+        "headers": variable_headers(),
     }
     hooks = json_object(settings, "hooks", SETTINGS_FILE)
     entry = {"type": "command", "command": waiter_command(request), "timeout": HOOK_TIMEOUT_MS}
