@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -166,7 +167,16 @@ def _headers(args: argparse.Namespace) -> int:
     return 0
 
 
+COPILOT_MARK: Final = "COPILOT_CLI"
+"""Set in the environment of the hooks the Copilot CLI runs (1.0.102), which also runs the hooks of
+Claude Code's ``.claude/settings*.json``, but in the foreground: Claude Code's waiter would hold its
+session start until mail arrives (``tests/test_copilot.py``), so it steps aside there."""
+
+
 def _wait(args: argparse.Namespace) -> int:
+    if os.environ.get(COPILOT_MARK):
+        print("relay hook wait: run by the Copilot CLI, which reads Claude Code's hooks; nothing to do")
+        return waiter.EXIT_QUIET
     try:
         form = _source(args)
         if form == "credential":
