@@ -21,7 +21,7 @@ from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from relay.copilot.setup import HOOKS_FILE, MCP_FILE
 from tests.agent_clis import clean_environment, run_cli, secrets_in
-from tests.claude_code import ClaudeHome, claude_binary_fixture, run_claude
+from tests.claude_code import ClaudeHome, claude_binary_fixture, run_claude, stop_tree
 from tests.claude_code_relay import mcp_status, relay_serving
 from tests.fake_openai import FakeOpenAI, Recorded, Text, ToolUse, tool_results
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, run_relay
@@ -155,7 +155,8 @@ class CopilotWorld:
 def copilot_world(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CopilotWorld]:
     if not COPILOT_CLI.exists():
         pytest.skip(
-            f"the Copilot CLI {COPILOT_VERSION} is not installed at {COPILOT_CLI}; run scripts/install-agent-sdks"
+            f"the Copilot CLI {COPILOT_VERSION} is not installed at {COPILOT_CLI}; "
+            "run scripts/install-agent-sdks"
         )
     tmp = tmp_path_factory.mktemp("copilot")
     with relay_serving(tmp, redis_url) as (serve, key), FakeOpenAI() as api:
@@ -213,8 +214,6 @@ def test_a_folder_for_both_connects_in_both_and_a_turn_fetches_the_note(
         )
         _, err = proc.communicate(timeout=120)
     finally:
-        from tests.claude_code import stop_tree
-
         stop_tree(proc.pid)
 
     assert mcp_status(claude.stdout, "relay") == "✔ Connected", claude.stdout + claude.stderr
@@ -261,8 +260,6 @@ def test_mail_arriving_during_a_turn_is_announced_when_it_ends(copilot_world: Co
         _, err = proc.communicate(timeout=120)
     finally:
         api.release()
-        from tests.claude_code import stop_tree
-
         stop_tree(proc.pid)
 
     took = announced.at - ended
