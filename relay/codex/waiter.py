@@ -20,6 +20,7 @@ with backoff; after ``LIFETIME_S`` it ends (a later ``SessionStart`` starts a ne
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -61,6 +62,9 @@ class CodexWait:
     """The ``codex`` command to run."""
     headers: Callable[[str], Mapping[str, str]]
     lifetime_s: float = LIFETIME_S
+    wake: Callable[[str], bool] | None = None
+    """What to do with relay's summary instead of ``codex queue`` (opencode's plugin reads it as a line
+    on stdout: ``wake_line``); whether to go on waiting."""
 
 
 def thread_id(hook_input: Mapping[str, Any]) -> str | None:
@@ -134,6 +138,7 @@ def run(options: CodexWait, log: IO[str]) -> int:
 def _loop(options: CodexWait, log: IO[str]) -> int:
     deadline = time.monotonic() + options.lifetime_s
     delay, registered = BACKOFF_FIRST_S, False
+    options_parent = os.getppid()
     endpoint = f"unix:{runtime_dir() / (options.session + '.sock')}"
     while (left := deadline - time.monotonic()) > 0:
         try:
@@ -155,7 +160,11 @@ def _loop(options: CodexWait, log: IO[str]) -> int:
             _say(log, f"{type(exc).__name__}: {exc}")
             return 0
         delay = BACKOFF_FIRST_S
-        if pending.count > 0 and not _queue(options, summary(options.agent, pending.answer), log):
+        wake = options.wake or (lambda text: _queue(options, text, log))
+        if pending.count > 0 and not wake(summary(options.agent, pending.answer)):
+            return 0
+        if options.wake is not None and os.getppid() != options_parent:
+            _say(log, "the process that started this waiter is gone")
             return 0
     _say(log, f"lifetime of {options.lifetime_s:.0f} s over; the next SessionStart starts a new waiter")
     return 0
@@ -171,6 +180,15 @@ def _queue(options: CodexWait, text: str, log: IO[str]) -> bool:
         return False
     _say(log, f"codex queue exited {done.returncode}: {(done.stdout + done.stderr).strip()[-500:]}")
     return done.returncode == 0
+
+
+def wake_line(text: str) -> bool:
+    """Print relay's summary as one JSON line on stdout (``{"summary": TEXT}``); False when no one reads."""
+    try:
+        print(json.dumps({"summary": text}), flush=True)
+    except (BrokenPipeError, OSError, ValueError):
+        return False
+    return True
 
 
 def _say(log: IO[str], text: str) -> None:

@@ -50,18 +50,26 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         "run `codex queue --thread THREAD --message SUMMARY`. Ends when asked (a newer waiter, SessionEnd), "
         "when relay refuses, or when `codex queue` fails.",
     )
+    stream = commands.add_parser(
+        "wake-stream",
+        help="the waiter opencode's relay plugin runs: one JSON line per batch of new mail",
+        description="Register SESSION, then block on relay's mail-pending wait; for each batch of new mail "
+        'print {"summary": TEXT} as one line on stdout (the plugin hands it to the idle session with '
+        "promptAsync). Ends when its parent (opencode) is gone, stdout is closed, or relay refuses.",
+    )
     after = commands.add_parser(
         "after-turn",
         help="an end-of-turn hook (Gemini CLI AfterAgent): announce mail that arrived",
         description="Wait up to --timeout seconds for mail the agent was not told about; with some, print "
         "relay's summary on stderr and exit 2 (Gemini CLI makes it the next prompt); else exit 0, silent.",
     )
-    for parser in (codex, wait, after):
+    for parser in (codex, wait, after, stream):
         parser.add_argument(
             "--credential-file", type=Path, required=True, metavar="PATH", help="the folder's credential file"
         )
+    for parser in (codex, wait, stream):
+        parser.add_argument("--session", required=True, metavar="ID", help="the relay session")
     for parser in (codex, wait):
-        parser.add_argument("--session", required=True, metavar="ID", help="the folder's relay session")
         parser.add_argument(
             "--codex", default="codex", metavar="CMD", help="the codex command (default codex)"
         )
@@ -89,6 +97,7 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
         '{"decision": "block", "reason": ...} line on stdout (Copilot CLI)',
     )
     codex.set_defaults(handler=_codex)
+    stream.set_defaults(handler=_wake_stream)
     wait.set_defaults(handler=_codex_wait)
     after.set_defaults(handler=_after_turn)
 
@@ -135,6 +144,25 @@ def _codex_wait(args: argparse.Namespace) -> int:
         thread=args.thread,
         codex=args.codex,
         headers=credential_file.Exchanger(args.credential_file),
+    )
+    return codex_waiter.run(options, sys.stderr)
+
+
+def _wake_stream(args: argparse.Namespace) -> int:
+    try:
+        session = check_session_id(args.session, "--session")
+        credential = credential_file.load(args.credential_file)
+    except (ValueError, credential_file.CredentialFileError) as exc:
+        return _quiet(str(exc))
+    options = codex_waiter.CodexWait(
+        agent=credential.agent,
+        mcp_url=credential.url,
+        wait_url=credential.url.removesuffix(MCP_PATH) + WAIT_PATH,
+        session=session,
+        thread="",
+        codex="",
+        headers=credential_file.Exchanger(args.credential_file),
+        wake=codex_waiter.wake_line,
     )
     return codex_waiter.run(options, sys.stderr)
 

@@ -29,6 +29,7 @@ from relay.commands.keys import data_key_file, endpoint_url
 from relay.copilot import setup as copilot_setup
 from relay.folder_setup import CREDENTIAL_FILE, FolderRequest, SetupError, Written, check_folder, write_all
 from relay.gemini import setup as gemini_setup
+from relay.opencode import setup as opencode_setup
 from relay.settings import DEFAULT_DATA_DIR, StoreSettings, add_options, load
 
 if TYPE_CHECKING:
@@ -69,6 +70,14 @@ CLIENTS: dict[str, Client] = {
         "DIR/.github/hooks/relay.json an agentStop hook announcing mail at the end of each turn.",
         copilot_setup.plan,
         copilot_setup.lines,
+    ),
+    "opencode": Client(
+        "set up a folder for one opencode agent (remote MCP server, a plugin that mints headers and wakes)",
+        "Make DIR ready for one opencode agent: DIR/opencode.json gets mcp.relay (remote), and "
+        "DIR/.opencode/plugins/relay.js mints its headers at start and wakes an idle session with "
+        "promptAsync when mail arrives.",
+        opencode_setup.plan,
+        opencode_setup.lines,
     ),
 }
 
