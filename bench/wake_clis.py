@@ -8,6 +8,10 @@ answer, through the real ``relay hook`` processes a set-up folder runs (``bench/
   the real ``codex queue`` adds 0.1-0.2 s, docs/agents/codex.md).
 - ``cli_wake_gemini_*``: ``relay hook after-turn`` (Gemini CLI's ``AfterAgent`` hook) parked; send -> it
   exits 2 with the summary (Gemini CLI's next prompt).
+- ``cli_wake_copilot_*``: the same hook as the Copilot CLI's ``agentStop`` (``--answer decision``); send
+  -> it exits 0 having printed ``{"decision": "block", "reason": SUMMARY}``.
+- ``cli_wake_opencode_*``: ``relay hook wake-stream`` (what opencode's relay plugin runs); send -> its
+  ``{"summary"}`` line is read (the plugin then calls ``promptAsync``).
 
 Each path has its own agent and a credential issued by ``relay credentials issue`` (the hooks exchange
 it at ``/agent/token`` as in a set-up folder); a sample is one send by another agent once the path's
@@ -92,7 +96,7 @@ class _Bench:
 
 
 def _hook_exit(
-    bench: _Bench, argv: list[str], stdin: str, env: dict[str, str], to: str, samples: int
+    bench: _Bench, argv: list[str], stdin: str, env: dict[str, str], to: str, samples: int, code: int = 2
 ) -> list[float]:
     """Start the hook ``samples`` times; each time send once it is parked and time send -> exit 2."""
     found = []
@@ -109,7 +113,7 @@ def _hook_exit(
             sent = bench.send(to)
             proc.wait(30)
             ended = time.time()
-            if proc.returncode != 2:
+            if proc.returncode != code:
                 raise RuntimeError(
                     f"{argv[3]} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
                 )
@@ -142,6 +146,47 @@ def _gemini(bench: _Bench, samples: int) -> list[float]:
     argv = [*RELAY, "hook", "after-turn", "--credential-file", str(path), "--session-env", "RELAY_SESSION_ID"]
     argv += ["--timeout", "60"]
     return _hook_exit(bench, argv, "{}", {**os.environ, "RELAY_SESSION_ID": session}, agent, samples)
+
+
+def _copilot(bench: _Bench, samples: int) -> list[float]:
+    agent, path = bench.folder("copilot")
+    session = f"copilot-bench-{bench.run}"
+    exchanged = credential_file.exchange(credential_file.load(path), session)
+    relay_http.register(bench.url, exchanged, "127.0.0.1:14111")
+    argv = [*RELAY, "hook", "after-turn", "--credential-file", str(path), "--session-env", "RELAY_SESSION_ID"]
+    argv += ["--timeout", "60", "--answer", "decision"]
+    return _hook_exit(bench, argv, "{}", {**os.environ, "RELAY_SESSION_ID": session}, agent, samples, code=0)
+
+
+def _opencode(bench: _Bench, samples: int) -> list[float]:
+    agent, path = bench.folder("opencode")
+    argv = [
+        *RELAY,
+        "hook",
+        "wake-stream",
+        "--credential-file",
+        str(path),
+        "--session",
+        f"opencode-bench-{bench.run}",
+    ]
+    before = bench.worker.parked()
+    waiter = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    found = []
+    try:
+        assert waiter.stdout is not None
+        for _ in range(samples):
+            _until(bench.parked_above(before), 30, "the opencode waiter parked its wait")
+            sent = bench.send(agent)
+            line = waiter.stdout.readline()
+            if '"summary"' not in line:
+                raise RuntimeError(f"wake-stream printed {line!r}")
+            found.append((time.time() - sent) * 1000)
+    finally:
+        waiter.terminate()
+        waiter.wait(30)
+    return found
 
 
 def _codex(bench: _Bench, samples: int) -> list[float]:
@@ -202,7 +247,9 @@ def cli_wake_figures(redis_url: str, *, samples: int = 20) -> dict[str, Any]:
     figures: dict[str, Any] = {"cli_wake_samples": samples}
     with _worker(redis_url, tmp) as worker:
         bench = _Bench(redis_url, tmp, worker)
-        for name, path in (("claude_code", _claude_code), ("codex", _codex), ("gemini", _gemini)):
+        paths = [("claude_code", _claude_code), ("codex", _codex), ("gemini", _gemini)]
+        paths += [("copilot", _copilot), ("opencode", _opencode)]
+        for name, path in paths:
             values = path(bench, samples)
             figures[f"cli_wake_{name}_p50_ms"] = _percentile(values, 0.5)
             figures[f"cli_wake_{name}_p99_ms"] = _percentile(values, 0.99)
