@@ -12,6 +12,7 @@ import pytest
 import redis
 from hypothesis import strategies as st
 
+from broker.credentials import ID_PATTERN
 from broker.ids import AGENT_ID_PATTERN, IDEMPOTENCY_KEY_PATTERN
 from tests.rpc_support import HOSTILE_IDS
 
@@ -46,9 +47,11 @@ def assert_layout(store: redis.Redis, prefix: str, agents: set[str]) -> None:
     """Every key under ``prefix`` is one of the documented ones, for an agent the test authenticated."""
     agent = AGENT_ID_PATTERN.removeprefix("^").removesuffix("$")
     idem = IDEMPOTENCY_KEY_PATTERN.removeprefix("^").removesuffix("$")
-    tagged = rf"(?:agent|inbox|dead|rate|notice|outcome|counts):\{{({agent})\}}"
+    tagged = rf"(?:agent|inbox|dead|rate|notice|outcome|counts|credentials):\{{({agent})\}}"
     sending = rf"sent:\{{({agent})\}}:\d+|claim:\{{({agent})\}}:{idem}|idem:\{{({agent})\}}:{agent}:{idem}"
-    pattern = re.compile(rf"{re.escape(prefix)}:(?:{tagged}|{sending}|agents)")
+    pattern = re.compile(
+        rf"{re.escape(prefix)}:(?:{tagged}|{sending}|agents|credential:{ID_PATTERN}|credential-agents|credential-events)"
+    )
     keys = list(store.scan_iter(f"{prefix}:*", count=1000))
     assert keys, "the run created no keys at all"
     for key in keys:

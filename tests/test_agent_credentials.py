@@ -12,6 +12,7 @@ import asyncio
 import json
 import stat
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +28,15 @@ from broker.front.token_route import EXCHANGE_TTL_SECONDS, MAX_FAILURES, REVOCAT
 from broker.front.tokens import agent_headers
 from broker.testing.polling import wait_until
 from tests.front_support import free_port, key_file
-from tests.processes import MCP_HEADERS, ServeProcess, run_relay, sample, tool_call_body
+from tests.processes import (
+    MCP_HEADERS,
+    ServeProcess,
+    first_command,
+    relay_env,
+    run_relay,
+    sample,
+    tool_call_body,
+)
 from tests.tls_support import Certificates, certificates
 
 REGISTER = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
@@ -159,6 +168,9 @@ def test_a_set_up_folder_mints_for_its_own_agent_only_and_names_no_master_key(
     # a stolen token of one agent, sent as another
     stolen = call(served.process.url, {**headers, "X-CSF-Agent-ID": other})
     assert stolen.status_code == 401 and cause(stolen) == "agent_mismatch"
+    # nor is a token a credential: it mints nothing at /agent/token
+    token = headers["Authorization"].removeprefix("Bearer ")
+    assert cause(exchange(served.token_url, token, agent)) == "unknown_credential"
 
 
 def test_a_credential_cannot_open_the_dashboard(served: Relay) -> None:
@@ -407,3 +419,21 @@ def test_every_command_finds_the_signing_key_the_same_way(served: Relay, tmp_pat
         assert done.returncode != 0 and advice in done.stderr and "relay keygen" not in done.stderr, done
     ok = run_relay("dashboard-url", "--url", served.process.base, env={"RELAY_KEY_FILE": str(served.key)})
     assert ok.returncode == 0 and "/ui/login?token=" in ok.stdout
+
+
+def test_the_readmes_setup_from_relays_folder_finds_its_store(tmp_path: Path) -> None:
+    relay_folder, agent_folder = tmp_path / "relay", tmp_path / "author"
+    relay_folder.mkdir()
+    agent_folder.mkdir()
+    with first_command(relay_folder, creates_key=True) as port:
+        base = f"http://127.0.0.1:{port}"
+        done = subprocess.run(
+            [sys.executable, "-m", "relay", "setup", "claude-code", "--url", base, "--agent", "author",
+             "--dir", str(agent_folder)],
+            cwd=relay_folder, env=relay_env(port), capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "warning" not in done.stdout  # the URL answers
+        saved = json.loads((agent_folder / ".relay" / "credential").read_text())
+        assert saved["url"] == f"{base}/mcp/agent"
+        assert exchange(f"{base}/agent/token", saved["credential"], "author").status_code == 200

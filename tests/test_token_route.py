@@ -1,11 +1,14 @@
 """``POST /agent/token`` and the revocation gate when the credential store does not answer, in an
 in-process front (uvicorn in the test's loop) on the test run's Redis, whose credential store is a
-Redis on a loopback port where nothing listens: a clear retryable 503, nothing minted, no traceback."""
+Redis on a loopback port where nothing listens: a clear retryable 503, nothing minted, no traceback;
+and the gate on a Redis of its own that the test stops: it keeps its last answer per credential."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -13,11 +16,14 @@ from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.credentials import RedisCredentials
+from adapters.redis.server import EmbeddedRedis
 from broker.agent_message import AgentMessageContract
 from broker.credentials import new_credential
+from broker.errors import BackendUnavailable
 from broker.front.app import create_app
 from broker.front.paths import TOKEN_PATH
-from broker.front.tokens import AGENT_HEADER, SESSION_HEADER, KeyRing
+from broker.front.token_route import CredentialGate
+from broker.front.tokens import AGENT_HEADER, SESSION_HEADER, AgentIdentity, AuthError, KeyRing
 from broker.relay import Relay
 from tests.front_support import free_port, serve_app
 from tests.processes import MCP_HEADERS, tool_call_body
@@ -99,3 +105,32 @@ async def test_a_front_without_credentials_refuses_credential_tokens(redis_url: 
         missing = await http.post(base + TOKEN_PATH, json={})
     assert answer.status_code == 401 and answer.json()["error"]["data"]["cause"] == "unknown_credential"
     assert missing.status_code in (404, 405)
+
+
+async def test_the_gate_keeps_its_last_answer_while_the_store_is_down(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path / "redis")
+    server.start()
+    connection = RedisConnection(RedisSettings(url=server.url, prefix=unique_prefix()))
+    try:
+        store = RedisCredentials(connection)
+        checked, _ = new_credential("alice", now_ms=1)
+        revoked, _ = new_credential("alice", now_ms=1)
+        never, _ = new_credential("alice", now_ms=1)
+        for record in (checked, revoked, never):
+            await store.add(record)
+        await store.revoke(revoked.id, 2)
+        gate = CredentialGate(store, max_age=0)  # asks the store on every check
+        identity = AgentIdentity("alice", "s1", 2**40, checked.id)
+        await gate.check(identity)
+        with pytest.raises(AuthError) as refused:
+            await gate.check(replace(identity, credential=revoked.id))
+        assert refused.value.cause == "revoked"
+        server.stop()
+        await gate.check(identity)  # the store is gone: the last answer stands
+        with pytest.raises(AuthError):
+            await gate.check(replace(identity, credential=revoked.id))
+        with pytest.raises(BackendUnavailable):  # never checked: nothing to go on
+            await gate.check(replace(identity, credential=never.id))
+    finally:
+        await connection.close()
+        server.stop()

@@ -89,7 +89,9 @@ class FailureLimit:
 
     def attempt(self, key: tuple[str, str], now: float) -> None:
         """Count an attempt as a failure before it is checked (so that concurrent attempts cannot all
-        pass ``retry_after`` at once); ``forgive`` takes it back when it succeeds."""
+        pass ``retry_after`` at once); ``forgive`` takes it back when it succeeds. So more than
+        ``limit`` exchanges of one credential from one client at the same instant are refused too: one
+        agent folder's helper and waiter make one or two."""
         failures = self._failures.setdefault(key, deque(maxlen=self.limit))
         failures.append(now)
         self._failures.move_to_end(key)
