@@ -35,7 +35,7 @@ from typing import IO, Any, Final
 
 from relay.claude_code import relay_http
 from relay.claude_code.summary import summary
-from relay.claude_code.waiter import _Slot, runtime_dir
+from relay.claude_code.waiter import _ask_to_go, _Slot, runtime_dir
 
 LIFETIME_S: Final = 7 * 86_400
 WAIT_CHUNK_S: Final = 60.0
@@ -103,8 +103,6 @@ def start_detached(argv: Sequence[str], log: Path) -> int:
 
 def stop(agent: str, session: str) -> bool:
     """Ask the waiter holding the session's slot to go (``SessionEnd``); whether one was asked."""
-    from relay.claude_code.waiter import _ask_to_go
-
     path = slot(agent, session).path
     try:
         content = path.read_bytes()[:32]
