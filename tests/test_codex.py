@@ -11,8 +11,10 @@ trusted_hash`` from the app server's ``hooks/list``).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -27,9 +29,11 @@ import redis
 from adapters.redis.keys import Keys
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
+from broker.testing.polling import wait_until
+from relay import credential_file
 from relay.codex.setup import CONFIG_FILE, HOOKS_FILE, session_id
 from relay.folder_setup import FolderRequest
-from tests.agent_clis import clean_environment, cli_binary, run_cli, secrets_in
+from tests.agent_clis import ROOT, clean_environment, cli_binary, run_cli, secrets_in
 from tests.claude_code import stop_tree
 from tests.claude_code_relay import relay_serving
 from tests.fake_responses import FakeResponses, Recorded, Text, ToolUse, input_texts, tool_outputs
@@ -339,3 +343,51 @@ def test_a_codex_session_registers_fetches_and_is_woken_by_mail(
         secrets_in(folder, [json.loads((folder / ".relay" / "credential").read_text())["credential"]]) == []
     )
     assert fetched.at >= woken.at
+
+
+def test_session_end_stops_the_sessions_waiter(tmp_path: Path) -> None:
+    credential = tmp_path / "author" / ".relay" / "credential"
+    url = "http://127.0.0.1:9/mcp/agent"  # nothing answers: the waiter retries quietly meanwhile
+    credential_file.write(credential, credential_file.CredentialFile(url, "author", "cr_" + "a" * 20 + ".x"))
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("XDG_RUNTIME_DIR", None)
+    session = ("--credential-file", str(credential), "--session", "codex-0123456789abcdef")
+    relay = [sys.executable, "-m", "relay", "hook"]
+    waiter = subprocess.Popen(
+        [
+            *relay,
+            "codex-wait",
+            *session,
+            "--thread",
+            "01a23a96-14ae-7193-b883-dce3c4cc4345",
+            "--codex",
+            "false",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        lock = tmp_path / f"relay-{os.getuid()}" / "author.codex-0123456789abcdef.waiter"
+        wait_until(
+            lambda: lock.exists() and lock.read_text().strip() == str(waiter.pid),
+            30,
+            "the waiter holds its slot",
+        )
+
+        ended = subprocess.run(
+            [*relay, "codex", *session],
+            input=json.dumps(
+                {"hook_event_name": "SessionEnd", "session_id": "01a23a96-14ae-7193-b883-dce3c4cc4345"}
+            ),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+        assert ended.returncode == 0 and ended.stdout == "", ended.stderr
+        assert waiter.wait(30) == 0
+    finally:
+        stop_tree(waiter.pid)

@@ -8,6 +8,7 @@ whose trusted folder is the set-up one (what the user's answer writes, ``~/.copi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -267,3 +268,31 @@ def test_mail_arriving_during_a_turn_is_announced_when_it_ends(copilot_world: Co
     assert proc.returncode == 0, err[-3000:]
     assert fetched.at >= announced.at
     assert "from reviewer-" in announced.last_user_text()
+
+
+RELAY_HOOK = (sys.executable, "-m", "relay", "hook")
+
+
+def test_claude_codes_waiter_steps_aside_when_the_copilot_cli_runs_it(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        done = subprocess.run(
+            [
+                *RELAY_HOOK,
+                "wait",
+                "--credential-file",
+                str(tmp_path / "none"),
+                "--claude-pid",
+                str(sleeper.pid),
+            ],
+            input="{}",
+            env={**os.environ, "COPILOT_CLI": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+    assert done.returncode == 0 and "run by the Copilot CLI" in done.stdout and done.stderr == ""
