@@ -63,7 +63,7 @@ def helper_command(request: FolderRequest) -> str:
 
 def hook_command(request: FolderRequest, codex: str) -> str:
     argv = request.relay_argv("hook", "codex", "--credential-file", str(request.credential_file))
-    return shlex.join([*argv, "--session", session_id(request), "--codex", codex])
+    return f"{shlex.join([*argv, '--session', session_id(request), '--codex', codex])} --watch-pid $PPID"
 
 
 def lines(request: FolderRequest, written: Written) -> list[str]:

@@ -12,7 +12,9 @@ the runtime folder's log) and returns at once. The waiter:
    SUMMARY``, which starts a turn in the idle session (or queues the text behind a running one), and
    waits again. The wait announces each envelope once, so a batch wakes the session once.
 
-``SessionEnd`` (``relay hook codex`` again) asks the waiter of the session to go. A refusal from relay
+``SessionEnd`` (``relay hook codex`` again) asks the waiter of the session to go, and the waiter leaves
+within a second of the process that ran the hook (``$PPID``: the daemon, or an interactive ``codex``)
+ending. A refusal from relay
 (a revoked credential, a session taken over elsewhere) ends it quietly; a relay that is down is retried
 with backoff; after ``LIFETIME_S`` it ends (a later ``SessionStart`` starts a new one).
 """
@@ -34,8 +36,9 @@ from types import FrameType
 from typing import IO, Any, Final
 
 from relay.claude_code import relay_http
+from relay.claude_code.session import ClaudeProcess, NoSuchProcess
 from relay.claude_code.summary import summary
-from relay.claude_code.waiter import _ask_to_go, _Slot, runtime_dir
+from relay.claude_code.waiter import _ask_to_go, _Slot, _watch, runtime_dir
 
 LIFETIME_S: Final = 7 * 86_400
 WAIT_CHUNK_S: Final = 60.0
@@ -62,6 +65,8 @@ class CodexWait:
     """The ``codex`` command to run."""
     headers: Callable[[str], Mapping[str, str]]
     lifetime_s: float = LIFETIME_S
+    watch: int | None = None
+    """The process whose end ends the waiter (the daemon or ``codex`` that ran the hook; opencode)."""
     wake: Callable[[str], bool] | None = None
     """What to do with relay's summary instead of ``codex queue`` (opencode's plugin reads it as a line
     on stdout: ``wake_line``); whether to go on waiting."""
@@ -123,6 +128,12 @@ def run(options: CodexWait, log: IO[str]) -> int:
         if not held.take():
             _say(log, "another waiter for this session would not give way")
             return 0
+        if options.watch is not None:
+            try:
+                _watch(ClaudeProcess.of(options.watch))
+            except NoSuchProcess:
+                _say(log, f"process {options.watch} is gone already")
+                return 0
         _say(log, f"waiting for mail of {options.agent} (session {options.session}, thread {options.thread})")
         return _loop(options, log)
     except _Asked:
@@ -136,7 +147,6 @@ def run(options: CodexWait, log: IO[str]) -> int:
 def _loop(options: CodexWait, log: IO[str]) -> int:
     deadline = time.monotonic() + options.lifetime_s
     delay, registered = BACKOFF_FIRST_S, False
-    options_parent = os.getppid()
     endpoint = f"unix:{runtime_dir() / (options.session + '.sock')}"
     while (left := deadline - time.monotonic()) > 0:
         try:
@@ -160,9 +170,6 @@ def _loop(options: CodexWait, log: IO[str]) -> int:
         delay = BACKOFF_FIRST_S
         wake = options.wake or (lambda text: _queue(options, text, log))
         if pending.count > 0 and not wake(summary(options.agent, pending.answer)):
-            return 0
-        if options.wake is not None and os.getppid() != options_parent:
-            _say(log, "the process that started this waiter is gone")
             return 0
     _say(log, f"lifetime of {options.lifetime_s:.0f} s over; the next SessionStart starts a new waiter")
     return 0

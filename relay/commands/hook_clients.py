@@ -76,6 +76,13 @@ def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     wait.add_argument(
         "--thread", required=True, metavar="ID", help="Codex's session id (codex queue --thread)"
     )
+    for parser in (codex, wait):
+        parser.add_argument(
+            "--watch-pid",
+            type=bounded_int(2, 2**22),
+            metavar="PID",
+            help="end the waiter when this process ends ($PPID in the hook's command line)",
+        )
     after.add_argument(
         "--session-env",
         required=True,
@@ -123,6 +130,8 @@ def _codex(args: argparse.Namespace) -> int:
         return _quiet("the hook's input has no session_id")
     argv = [*codex_waiter.relay_argv(), "hook", "codex-wait", "--credential-file", str(args.credential_file)]
     argv += ["--session", session, "--thread", thread, "--codex", args.codex]
+    if args.watch_pid is not None:
+        argv += ["--watch-pid", str(args.watch_pid)]
     try:
         codex_waiter.start_detached(argv, codex_waiter.log_path(agent, session))
     except OSError as exc:
@@ -144,6 +153,7 @@ def _codex_wait(args: argparse.Namespace) -> int:
         thread=args.thread,
         codex=args.codex,
         headers=credential_file.Exchanger(args.credential_file),
+        watch=args.watch_pid,
     )
     return codex_waiter.run(options, sys.stderr)
 
@@ -162,6 +172,7 @@ def _wake_stream(args: argparse.Namespace) -> int:
         thread="",
         codex="",
         headers=credential_file.Exchanger(args.credential_file),
+        watch=os.getppid(),  # opencode, which started it
         wake=codex_waiter.wake_line,
     )
     return codex_waiter.run(options, sys.stderr)
