@@ -204,7 +204,8 @@ def test_mail_wakes_an_idle_session_which_registers_and_fetches_it(opencode_worl
         stop_tree(server.pid)
 
     took = woken.at - sent
-    assert took < WAKE_WITHIN_S, f"woken {took:.2f} s after the send"
+    after = [(r.path, round(r.at - sent, 2), r.is_conversation) for r in api.requests[first:]]
+    assert took < WAKE_WITHIN_S, f"woken {took:.2f} s after the send; requests after it: {after}"
     names = {str(t.get("function", {}).get("name")) for t in woken.body.get("tools") or []}
     assert {"relay_RegisterAgentAddress", "relay_FetchAgentInbox", "relay_SendAgentMessage"} <= names
     assert "registered_at" in _results([fetched]) and "superseded" not in _results([fetched])
