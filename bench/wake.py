@@ -1,8 +1,9 @@
 """The mail-pending wait under load: wake latency and the cost of idle waiters on one worker.
 
-Called from ``bench/run.py`` (``wake_figures``); runnable alone too::
+Called from ``bench/run.py`` (``wake_figures``); runnable alone too, which also reports the wake latency
+of each coding-agent CLI path (``bench/wake_clis.py``: Claude Code, Codex, Gemini CLI)::
 
-    python bench/wake.py [--idle 10000] [--samples 300]
+    python bench/wake.py [--idle 10000] [--samples 300] [--cli-samples 20] [--clis-only]
 
 ``relay serve`` workers on the bench's Redis, each with ``--max-connections`` above the waiters it is
 to hold (the default, 1000, would answer the rest 503). The bench process registers the agents through relay's
@@ -49,6 +50,11 @@ from broker.front.paths import WAIT_PATH
 from broker.front.tokens import agent_headers, generate_key
 from broker.relay import Relay
 from relay.http_limits import allow_open_files
+
+try:
+    from bench.wake_clis import cli_wake_figures
+except ImportError:  # run as a script from bench/
+    from wake_clis import cli_wake_figures  # type: ignore[no-redef]
 
 LATENCY_WAITERS = 100
 IDLE_TIMEOUT_MS = 290_000
@@ -302,7 +308,11 @@ async def _main(args: argparse.Namespace) -> int:
     server = EmbeddedRedis(tmp, appendfsync="everysec")
     server.start()
     try:
-        figures = await wake_figures(server.url, idle=args.idle, samples=args.samples)
+        figures = (
+            {} if args.clis_only else await wake_figures(server.url, idle=args.idle, samples=args.samples)
+        )
+        if args.cli_samples > 0:
+            figures |= await asyncio.to_thread(cli_wake_figures, server.url, samples=args.cli_samples)
     finally:
         server.stop()
     print("relay-wake " + " ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
@@ -313,4 +323,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idle", type=int, default=10_000, help="idle waiters to park (default 10000)")
     parser.add_argument("--samples", type=int, default=300, help="wake latency samples (default 300)")
+    parser.add_argument(
+        "--cli-samples", type=int, default=20, help="sends per coding-agent CLI path (default 20; 0: none)"
+    )
+    parser.add_argument("--clis-only", action="store_true", help="only the coding-agent CLI paths")
     sys.exit(asyncio.run(_main(parser.parse_args())))

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from relay.folder_setup import variable_headers
+
 SERVER_NAME: Final = "relay"
 HOOK_EVENTS: Final = ("SessionStart", "Stop")
 HOOK_TIMEOUT_S: Final = 2_147_483
@@ -193,7 +195,11 @@ def _object(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
 
 def _merge_mcp(mcp: dict[str, Any], request: SetupRequest) -> None:
     servers = _object(mcp, "mcpServers", MCP_FILE)
-    servers[SERVER_NAME] = {"type": "http", "url": request.mcp_url, "headersHelper": request.helper_command()}
+    previous = servers.get(SERVER_NAME)
+    entry = {"type": "http", "url": request.mcp_url, "headersHelper": request.helper_command()}
+    if isinstance(previous, dict) and previous.get("headers") == variable_headers(empty_default=True):
+        entry["headers"] = previous["headers"]  # `relay setup copilot`'s, for the Copilot CLI in this folder
+    servers[SERVER_NAME] = entry
 
 
 def _merge_settings(settings: dict[str, Any], request: SetupRequest) -> None:

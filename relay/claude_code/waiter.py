@@ -53,6 +53,8 @@ BACKOFF_MAX_S: Final = 30.0
 MAX_HOOK_INPUT: Final = 1024 * 1024
 REPLACE_WITHIN_S: Final = 5.0
 _UNIX_PATH_MAX: Final = 107
+_WAITER_COMMANDS: Final = (b"wait", b"codex-wait", b"wake-stream")
+"""The ``relay hook`` commands that hold a session's slot (``relay.codex.waiter`` shares it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +225,7 @@ def _ask_to_go(content: bytes) -> bool:
     pid = int(text)
     with contextlib.suppress(OSError):
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"hook" not in command or b"wait" not in command:
+        if b"hook" not in command or not any(name in command for name in _WAITER_COMMANDS):
             return False
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)

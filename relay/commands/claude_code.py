@@ -34,11 +34,8 @@ def relay_command() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "relay"]
 
 
-def register(subparsers: Subparsers) -> None:
-    setup_parser = subparsers.add_parser("setup", help="make a project folder ready for an agent client")
-    clients = setup_parser.add_subparsers(
-        dest="client", metavar="CLIENT", required=True, parser_class=type(setup_parser)
-    )
+def add_client(clients: Subparsers) -> None:
+    """``relay setup claude-code`` (``relay.commands.setup`` lists the other clients)."""
     parser = clients.add_parser(
         "claude-code",
         help="set up a folder for one Claude Code agent (MCP server, wake hooks)",
@@ -106,7 +103,7 @@ def _setup_claude_code(args: argparse.Namespace) -> int:
             f"{folder} is also a relay data dir: its {master.name} (relay's master key) is readable by "
             "this agent; run relay serve from another folder"
         )
-    previous = _previous(path)
+    previous = previous_credential(path)
     logs.audit_lines()
     store = store_for(settings, "setup claude-code")
     record, text = issue_credential(store, agent, label=args.label or f"claude-code {folder}")
@@ -132,7 +129,7 @@ def _setup_claude_code(args: argparse.Namespace) -> int:
     return 0
 
 
-def _previous(path: Path) -> str | None:
+def previous_credential(path: Path) -> str | None:
     """The id of the credential the folder held before, if any."""
     try:
         found = credential_file.load(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ from relay.claude_code import relay_http, waiter
 from relay.claude_code.headers import HELPER_TTL_S, WAITER_TTL_S, minted
 from relay.claude_code.relay_http import WAIT_PATH
 from relay.claude_code.session import ClaudeProcess, NoSuchProcess
-from relay.commands import Parser, bounded_int
+from relay.commands import Parser, bounded_int, hook_clients
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -120,6 +121,7 @@ def _add_commands(hook: argparse.ArgumentParser) -> None:
     )
     headers.set_defaults(handler=_headers)
     wait.set_defaults(handler=_wait)
+    hook_clients.add_commands(commands)
 
 
 def _source(args: argparse.Namespace) -> str:
@@ -165,7 +167,16 @@ def _headers(args: argparse.Namespace) -> int:
     return 0
 
 
+COPILOT_MARK: Final = "COPILOT_CLI"
+"""Set in the environment of the hooks the Copilot CLI runs (1.0.102), which also runs the hooks of
+Claude Code's ``.claude/settings*.json``, but in the foreground: Claude Code's waiter would hold its
+session start until mail arrives (``tests/test_copilot.py``), so it steps aside there."""
+
+
 def _wait(args: argparse.Namespace) -> int:
+    if os.environ.get(COPILOT_MARK):
+        print("relay hook wait: run by the Copilot CLI, which reads Claude Code's hooks; nothing to do")
+        return waiter.EXIT_QUIET
     try:
         form = _source(args)
         if form == "credential":
