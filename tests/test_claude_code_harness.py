@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.testing.polling import wait_until
+from tests.agent_clis import WAKE_BOUND_S
 from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture
 from tests.fake_anthropic import FakeAnthropic
 
@@ -21,9 +22,7 @@ __all__ = ["claude_binary_fixture"]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 WAKE_LINE = "stub-wake: the flag file appeared"
-WAKE_WITHIN_S = 30.0
-"""A bound on the wait for the wake, not a latency target (bench/wake.py measures that): on a loaded
-machine the CLI takes seconds to start its turn; without a wake nothing arrives at all."""
+WAKE_WITHIN_S = WAKE_BOUND_S
 
 # Waits (at most 60 s) for the flag file, then says one line on stderr and exits 2. It leaves a file named
 # after its PID in ARMED first, so the test knows a waiter is running before it raises the flag.

@@ -20,6 +20,7 @@ import redis
 
 from adapters.redis.keys import Keys
 from broker.testing.polling import wait_until
+from tests.agent_clis import WAKE_BOUND_S
 from tests.claude_code import ClaudeHome, InteractiveClaude, claude_binary_fixture
 from tests.claude_code_relay import read_json, relay_serving, set_up
 from tests.fake_anthropic import FakeAnthropic, Text, ToolUse
@@ -28,9 +29,7 @@ __all__ = ["claude_binary_fixture"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-WAKE_WITHIN_S = 30.0
-"""A bound on the wait for the wake, not a latency target (bench/wake.py measures that): on a loaded
-machine the CLI takes seconds to start its turn; without a wake nothing arrives at all."""
+WAKE_WITHIN_S = WAKE_BOUND_S
 ANSWER = "Approved: ship PR 12 once the changelog names the new flag."
 
 

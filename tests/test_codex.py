@@ -33,13 +33,13 @@ from broker.testing.polling import wait_until
 from relay import credential_file
 from relay.codex.setup import CONFIG_FILE, HOOKS_FILE, session_id
 from relay.folder_setup import FolderRequest
-from tests.agent_clis import ROOT, clean_environment, cli_binary, run_cli, secrets_in
+from tests.agent_clis import ROOT, WAKE_BOUND_S, clean_environment, cli_binary, run_cli, secrets_in
 from tests.claude_code import stop_tree
 from tests.claude_code_relay import relay_serving
 from tests.fake_responses import FakeResponses, Recorded, Text, ToolUse, input_texts, tool_outputs
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, run_relay
 
-WAKE_WITHIN_S = 3.0
+WAKE_WITHIN_S = WAKE_BOUND_S
 NOTE = "Review done: ship PR 12 once the changelog names the flag."
 RELAY_TOOLS = {
     "RegisterAgentAddress",

@@ -19,13 +19,13 @@ import pytest
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from relay.gemini.setup import SETTINGS_FILE
-from tests.agent_clis import clean_environment, cli_binary, run_cli, secrets_in
+from tests.agent_clis import WAKE_BOUND_S, clean_environment, cli_binary, run_cli, secrets_in
 from tests.claude_code import stop_tree
 from tests.claude_code_relay import relay_serving
 from tests.fake_gemini import FakeGemini, Text, ToolUse, content_texts, function_names, function_responses
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, run_relay
 
-ANNOUNCE_WITHIN_S = 3.0
+ANNOUNCE_WITHIN_S = WAKE_BOUND_S
 NOTE = "Review done: ship PR 12 once the changelog names the flag."
 MODEL = ("-m", "gemini-2.5-flash")
 """A model named on the command line: Gemini CLI's automatic routing asks the model first otherwise."""

@@ -24,14 +24,14 @@ from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from broker.testing.polling import wait_until
 from relay.opencode.setup import CONFIG_FILE, PLUGIN_FILE
-from tests.agent_clis import INSTALL_DIR, clean_environment, cli_binary, run_cli, secrets_in
+from tests.agent_clis import INSTALL_DIR, WAKE_BOUND_S, clean_environment, cli_binary, run_cli, secrets_in
 from tests.claude_code import stop_tree
 from tests.claude_code_relay import relay_serving
 from tests.fake_openai import FakeOpenAI, Recorded, Text, ToolUse, tool_results
 from tests.front_support import free_port
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, run_relay
 
-WAKE_WITHIN_S = 3.0
+WAKE_WITHIN_S = WAKE_BOUND_S
 NOTE = "Review done: ship PR 12 once the changelog names the flag."
 _ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
 
