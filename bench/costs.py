@@ -32,7 +32,6 @@ from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, Redi
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inbox import DAY_MS
 from adapters.redis.inspect import Inspector
-from adapters.redis.local_cluster import LocalCluster
 from adapters.redis.protocol import Call, send_call, with_tier
 from adapters.redis.protocol_operator import register_call
 from adapters.redis.scripts import Script
@@ -43,6 +42,7 @@ from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import now_ms
 from broker.ports import SendOptions
 from broker.relay import Relay
+from tests.cluster_support import LocalCluster
 
 CALLS = 20_000
 NOW = "2026-01-01T00:00:00.000Z"
