@@ -91,6 +91,10 @@ class RedisConnection:
         self._plain = asyncio.Semaphore(settings.max_connections)
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    # A Relay's registry, inbox and notice store name this connection as their ``backend``: the Relay
+    # opens and closes it once for the three. An adapter used beside a Relay on the same connection
+    # (a delivery queue, the policy store, the operator view) or alone in a command opens and closes it
+    # too, so it is closed when the last of its users closes it.
 
     async def open(self) -> None:
         self._users += 1
