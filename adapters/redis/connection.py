@@ -160,7 +160,7 @@ class RedisConnection:
                 health_check_interval=5,
                 **common,
             )
-            plain = Redis(connection_pool=pool)
+            plain = Redis.from_pool(pool)  # closing the client closes its pool
             name, make = driver.connection_factory(factory)
             router_single = SingleRouter(make, s.max_connections, name)
             stack = _Stack(
