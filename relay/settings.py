@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adapters.redis.inspect import running_server_url
+from adapters.redis.embedded_state import running_server_url
 from broker.front import limits
 from broker.limits import (
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
