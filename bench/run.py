@@ -68,7 +68,7 @@ from adapters.redis import (
     RedisRegistry,
     RedisSettings,
 )
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.front.tokens import generate_key

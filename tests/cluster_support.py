@@ -18,8 +18,8 @@ from typing import Self
 
 import redis
 
+from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.process import pick_free_port, port_is_free
-from adapters.redis.server import EmbeddedRedis
 
 _HOST = "127.0.0.1"
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from tests.cluster_support import LocalCluster, find_cli
 
 
