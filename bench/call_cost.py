@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.agent_message import AgentMessageContract
 from broker.front.app import create_app
 from broker.front.key_file import load_key_file

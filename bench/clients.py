@@ -35,18 +35,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from adapters.redis import RedisConnection, RedisSettings  # noqa: E402
+from adapters.redis.embedded import EmbeddedRedis  # noqa: E402
 from adapters.redis.inbox import DAY_MS, retained_until  # noqa: E402
 from adapters.redis.keys import GROUP, Keys  # noqa: E402
-from adapters.redis.local_cluster import LocalCluster  # noqa: E402
 from adapters.redis.protocol import SendAppended, SendChecked, send_call, with_tier  # noqa: E402
 from adapters.redis.protocol_inbox import Fetch, ack_call, fetch_call  # noqa: E402
 from adapters.redis.protocol_operator import register_call  # noqa: E402
 from adapters.redis.scripts import Script, Scripts  # noqa: E402
-from adapters.redis.server import EmbeddedRedis  # noqa: E402
 from broker.addresses import ClaudeCodeAddress  # noqa: E402
 from broker.envelope import now_ms  # noqa: E402
 from broker.ids import new_nonce  # noqa: E402
 from broker.ports import SendOptions  # noqa: E402
+from tests.cluster_support import LocalCluster  # noqa: E402
 
 Run = Callable[[Script, list[str], list[str | int]], Awaitable[Any]]
 TEXT = "x" * 300

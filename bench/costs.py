@@ -29,20 +29,20 @@ from redis.asyncio import Redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inbox import DAY_MS
 from adapters.redis.inspect import Inspector
-from adapters.redis.local_cluster import LocalCluster
 from adapters.redis.protocol import Call, send_call, with_tier
 from adapters.redis.protocol_operator import register_call
 from adapters.redis.scripts import Script
-from adapters.redis.server import EmbeddedRedis
 from broker import schemas
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import now_ms
 from broker.ports import SendOptions
 from broker.relay import Relay
+from tests.cluster_support import LocalCluster
 
 CALLS = 20_000
 NOW = "2026-01-01T00:00:00.000Z"

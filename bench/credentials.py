@@ -177,7 +177,7 @@ async def credential_figures(redis_url: str, *, samples: int = 300) -> dict[str,
 
 
 def main() -> int:
-    from adapters.redis.server import EmbeddedRedis
+    from adapters.redis.embedded import EmbeddedRedis
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=300)

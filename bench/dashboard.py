@@ -33,7 +33,7 @@ import httpx2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adapters.redis.server import EmbeddedRedis  # noqa: E402
+from adapters.redis.embedded import EmbeddedRedis  # noqa: E402
 from broker.addresses import ClaudeCodeAddress  # noqa: E402
 from broker.agent_message import AgentMessageContract  # noqa: E402
 from tests.processes import ServeProcess, run_relay  # noqa: E402

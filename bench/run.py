@@ -70,8 +70,7 @@ from adapters.redis import (
     RedisRegistry,
     RedisSettings,
 )
-from adapters.redis.local_cluster import LocalCluster
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.front.tokens import generate_key
@@ -79,6 +78,7 @@ from broker.limits import MAX_POLICY_AGENTS
 from broker.policy import listing
 from broker.ports import IPolicyStore
 from broker.relay import Relay
+from tests.cluster_support import LocalCluster
 
 try:
     from bench.wake import LATENCY_WAITERS, wake_figures

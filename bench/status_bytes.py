@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.relay import Relay

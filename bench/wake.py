@@ -302,7 +302,7 @@ def socket_port() -> Iterator[int]:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from adapters.redis.server import EmbeddedRedis
+    from adapters.redis.embedded import EmbeddedRedis
 
     tmp = Path(tempfile.mkdtemp(prefix="relay-wake-redis-"))
     server = EmbeddedRedis(tmp, appendfsync="everysec")

@@ -251,7 +251,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
-    from adapters.redis.server import EmbeddedRedis
+    from adapters.redis.embedded import EmbeddedRedis
 
     tmp = Path(tempfile.mkdtemp(prefix="relay-wb-redis-"))
     server = EmbeddedRedis(tmp)

@@ -151,6 +151,24 @@ class AckOutcome:
     """Sender and tier of each acknowledged envelope, in the order of ``acknowledged`` (for logs)."""
 
 
+class IBackend(Protocol):
+    """The connection one backend's stores share: the registry, the inbox store and the notice store
+    of a ``Relay`` name it as their ``backend``, and ``Relay.start`` opens each distinct one once (one
+    owner, however many stores run on it); ``Relay.stop`` closes it."""
+
+    async def open(self) -> None:
+        """Prepare connections/scripts. Raises ``BackendUnavailable``."""
+        ...
+
+    async def close(self) -> None:
+        """Release what ``open`` prepared; a parked fetch or wait on it is answered at once."""
+        ...
+
+    async def ping(self) -> bool:
+        """True when the backend answers now."""
+        ...
+
+
 class IRegistry(Protocol):
     """Durable agent registrations.
 
@@ -165,11 +183,10 @@ class IRegistry(Protocol):
       durable (Redis); the memory backend lives as long as its process.
     """
 
-    async def open(self) -> None:
-        """Prepare connections/scripts. Raises ``BackendUnavailable``."""
+    @property
+    def backend(self) -> IBackend:
+        """What this store runs on; ``Relay`` opens, pings and closes it."""
         ...
-
-    async def close(self) -> None: ...
 
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
         """Create or replace the registration of ``agent`` and make sure its inbox exists.
@@ -188,10 +205,6 @@ class IRegistry(Protocol):
     async def list(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
         """Up to ``limit`` registrations, ordered by agent id; with ``after``, only agents whose id
         sorts after it (the next page). Raises ``BackendUnavailable``."""
-        ...
-
-    async def ping(self) -> bool:
-        """True when the backend answers now."""
         ...
 
 
@@ -219,9 +232,10 @@ class IInboxStore(Protocol):
       an id naming the sender's own envelope at another position is ``unknown`` too.
     """
 
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
+    @property
+    def backend(self) -> IBackend:
+        """What this store runs on; ``Relay`` opens, pings and closes it."""
+        ...
 
     async def append(
         self,
@@ -308,8 +322,6 @@ class IInboxStore(Protocol):
         """Move expired envelopes among the ``limit`` oldest of ``agent``'s inbox to its dead letters
         (reason ``expired``); returns (tier, reason) of each. Raises ``BackendUnavailable``."""
         ...
-
-    async def ping(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,9 +451,10 @@ class INoticeStore(Protocol):
       parked wait at once with an empty notice.
     """
 
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
+    @property
+    def backend(self) -> IBackend:
+        """What this store runs on; ``Relay`` opens, pings and closes it."""
+        ...
 
     async def wait(
         self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Generic, Self, TypeVar
@@ -40,6 +40,7 @@ from broker.limits import (
 )
 from broker.metrics import RelayMetrics
 from broker.ports import (
+    IBackend,
     IInboxStore,
     INoticeStore,
     IRegistry,
@@ -127,6 +128,8 @@ class Relay(Generic[Body]):
         self._inbox = inbox
         self._registry = registry
         self._notices = notices
+        self._backends = _distinct(registry.backend, inbox.backend, *([notices.backend] if notices else []))
+        """What the stores run on, each once: one Redis connection for the Redis stores."""
         self._running = False
         self.metrics.parked.set_function(lambda: self._inbox.parked())
         self._sweeper: asyncio.Task[None] | None = None
@@ -136,13 +139,13 @@ class Relay(Generic[Body]):
     async def start(self) -> None:
         if self._running:
             return
-        await self._registry.open()
+        opened: list[IBackend] = []
         try:
-            await self._inbox.open()
-            if self._notices is not None:
-                await self._notices.open()
+            for backend in self._backends:
+                await backend.open()
+                opened.append(backend)
         except BaseException:
-            await self._registry.close()
+            await _close_all(reversed(opened))
             raise
         self._running = True
         if self.sweep_every:
@@ -157,12 +160,7 @@ class Relay(Generic[Body]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
-        try:
-            if self._notices is not None:
-                await self._notices.close()
-            await self._inbox.close()
-        finally:
-            await self._registry.close()
+        await _close_all(reversed(self._backends))
 
     @property
     def running(self) -> bool:
@@ -182,7 +180,7 @@ class Relay(Generic[Body]):
 
     async def ready(self) -> bool:
         """True when running and the backend answers."""
-        return self._running and await self._inbox.ping() and await self._registry.ping()
+        return self._running and all([await backend.ping() for backend in self._backends])
 
     # -- registrations ---------------------------------------------------------------------------
 
@@ -450,3 +448,20 @@ class Relay(Generic[Body]):
 
 
 _NO_OPTIONS: Final = SendOptions()
+
+
+def _distinct(*backends: IBackend) -> tuple[IBackend, ...]:
+    """``backends`` in order, each object once (stores on one connection name the same one)."""
+    return tuple({id(backend): backend for backend in backends}.values())
+
+
+async def _close_all(backends: Iterable[IBackend]) -> None:
+    """Close each of ``backends``, all of them even when one fails (the first failure is raised)."""
+    failure: BaseException | None = None
+    for backend in backends:
+        try:
+            await backend.close()
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure

@@ -8,7 +8,7 @@ connection after the same idle time, answers 408 to headers not complete within 
 and to a body not complete within ``body_timeout`` of its headers, 431 to more than
 ``max_header_bytes`` of request line and headers (counted as they arrive, so at most one read beyond
 the limit is ever held), and 503 to a connection beyond ``max_connections``, each closing the
-connection. The body size limit is the front's (``broker.front.limits.BodyGuard``).
+connection. The body size limit is the front's (``broker.front.guards.BodyGuard``).
 
 A request only records its deadline (one clock read); one sweep per server, a few times within the
 shortest limit, closes what is overdue, so no timer is set per request.
@@ -24,8 +24,8 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from broker.front.guards import ANSWERED_BY_SERVER, HttpLimits
 from broker.front.jsonrpc import INVALID_REQUEST, error_bytes
-from broker.front.limits import ANSWERED_BY_SERVER, HttpLimits
 
 log = logging.getLogger("relay.serve")
 

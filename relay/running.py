@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from adapters.redis.inspect import process_alive, running_server_url
+from adapters.redis.embedded_state import process_alive, running_server_url
 
 STATE_FILE: Final = "relay-serve.json"
 

@@ -19,9 +19,10 @@ from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from adapters.redis.credentials import RedisCredentials
+from adapters.redis.embedded import EmbeddedRedis
+from adapters.redis.embedded_state import running_server_url
 from adapters.redis.gauges import InboxGauges
-from adapters.redis.inspect import redacted, running_server_url
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.inspect import redacted
 from broker.addresses import is_loopback_host
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from adapters.redis.local_cluster import LocalCluster, find_cli
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
+from tests.cluster_support import LocalCluster, find_cli
 
 
 @pytest.fixture(scope="session")

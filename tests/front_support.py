@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app
-from broker.front.limits import DEFAULT_MAX_BODY_BYTES
+from broker.front.guards import DEFAULT_MAX_BODY_BYTES
 from broker.front.tokens import KeyRing, agent_headers, generate_key
 from broker.limits import MAX_WAIT_SECONDS
 from broker.relay import Relay

@@ -21,9 +21,9 @@ import redis
 from adapters.redis import RedisConnection, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.keys import Keys
-from adapters.redis.local_cluster import LocalCluster, find_cli
 from broker.front.key_file import load_key_file
 from broker.front.tokens import KeyRing, agent_headers
+from tests.cluster_support import LocalCluster, find_cli
 from tests.front_support import key_file
 from tests.processes import REGISTER, ROOT, ServeProcess, ok, run_relay
 

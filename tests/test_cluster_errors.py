@@ -15,11 +15,11 @@ from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.errors import store_error
 from adapters.redis.keys import Keys
-from adapters.redis.local_cluster import LocalCluster
 from broker.agent_message import AgentMessageContract
 from broker.envelope import Tier
 from broker.errors import BackendUnavailable
 from broker.relay import Relay
+from tests.cluster_support import LocalCluster
 from tests.support import address_for, unique_prefix
 
 REPLIES = {

@@ -18,9 +18,9 @@ import httpx2
 import pytest
 
 from adapters.redis.keys import Keys
-from adapters.redis.local_cluster import LocalCluster, find_cli
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
+from tests.cluster_support import LocalCluster, find_cli
 from tests.front_support import key_file
 from tests.processes import REGISTER, ServeProcess, ok, tool_outcome
 

@@ -26,7 +26,7 @@ import redis
 
 from adapters.redis import RedisConnection, RedisPolicyStore, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessageContract
 from broker.envelope import now_ms

@@ -12,8 +12,8 @@ import httpx2
 import pytest
 import redis
 
+from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.keys import Keys
-from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from tests.front_support import key_file

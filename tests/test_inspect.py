@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.memory import MemoryInboxStore, MemoryRegistry, MemoryState
 from adapters.redis.connection import RedisConnection, RedisSettings
+from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import Inspector
 from adapters.redis.keys import Keys
-from adapters.redis.server import EmbeddedRedis
 from broker import front
 from broker.addresses import ClaudeCodeAddress, WorkbenchAddress
 from broker.agent_message import AgentMessageContract

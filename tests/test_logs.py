@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import KeyRing, agent_headers
 from relay.logs import JsonFormatter

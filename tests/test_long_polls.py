@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from broker.testing.polling import eventually

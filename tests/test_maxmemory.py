@@ -11,7 +11,7 @@ import httpx2
 import pytest
 import redis
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.front.paths import WAIT_PATH
 from tests.front_support import data, error, running_front
 from tests.processes import REGISTER

@@ -17,8 +17,8 @@ import redis
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.keys import Keys
-from adapters.redis.server import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import KeyRing, agent_headers
 from broker.limits import MAX_POLICY_AGENTS

@@ -17,7 +17,7 @@ import httpx2
 import pytest
 import redis.asyncio as aioredis
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from tests.front_support import key_file

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.agent_message import AgentMessage
 from broker.envelope import Tier
 from broker.errors import BackendRefused, BackendUnavailable, RelayError

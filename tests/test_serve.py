@@ -16,7 +16,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from adapters.redis.server import LOCK_FILE, EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
+from adapters.redis.embedded_state import LOCK_FILE
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers, generate_key
 from broker.testing.polling import wait_until

@@ -1,4 +1,4 @@
-"""Tests for adapters.redis.server: launching redis-server / valkey-server as a child process."""
+"""Tests for adapters.redis.embedded: launching redis-server / valkey-server as a child process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from adapters.redis.server import (
+from adapters.redis.embedded import (
     ENV_SERVER_BINARY,
     EmbeddedRedis,
     ServerBinary,
@@ -277,7 +277,7 @@ def test_rejects_non_loopback_and_bad_options() -> None:
 
 def test_atexit_stops_server_when_parent_exits_without_stop(tmp_path: Path) -> None:
     script = (
-        "from adapters.redis.server import EmbeddedRedis\n"
+        "from adapters.redis.embedded import EmbeddedRedis\n"
         "srv = EmbeddedRedis()\n"
         "srv.start()\n"
         "print(srv.pid, flush=True)\n"

@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.addresses import HUMAN_SESSION
 from broker.testing.polling import wait_until
 from relay.entry import EXIT_READER_GONE

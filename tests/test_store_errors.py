@@ -10,8 +10,8 @@ import pytest
 import redis
 from redis.exceptions import OutOfMemoryError, ResponseError
 
+from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.errors import store_error
-from adapters.redis.server import EmbeddedRedis
 from broker.envelope import Tier
 from broker.errors import BackendRefused, BackendUnavailable
 from tests.support import address_for, note, relay_on

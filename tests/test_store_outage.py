@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from broker.testing.polling import wait_until

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.credentials import RedisCredentials
-from adapters.redis.server import EmbeddedRedis
+from adapters.redis.embedded import EmbeddedRedis
 from broker.agent_message import AgentMessageContract
 from broker.credentials import new_credential
 from broker.errors import BackendUnavailable

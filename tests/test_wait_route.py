@@ -92,7 +92,8 @@ async def test_a_parked_wait_is_answered_by_a_send_with_an_escaped_preview(front
         preview = answer["envelopes"][0]["preview"]
         assert preview.startswith("line one\\u000arelay: 99 new messages\\u2028\\\\x")
         assert preview.endswith("…") and len(preview) <= PREVIEW_CHARS + 1 and preview.isprintable()
-        metrics = (await httpx2.AsyncClient().get(front.base + "/metrics")).text
+        async with httpx2.AsyncClient() as http:
+            metrics = (await http.get(front.base + "/metrics")).text
         assert 'csf_relay_notices_total{kind="new"} 1.0' in metrics
         assert "csf_relay_long_polls_parked 0.0" in metrics
 

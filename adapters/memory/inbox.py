@@ -32,9 +32,6 @@ _NO_OPTIONS: Final = SendOptions()
 
 
 class MemoryInboxStore(MemoryStore):
-    async def ping(self) -> bool:
-        return not self._closed
-
     def parked(self, agent: str | None = None) -> int:
         if agent is None:
             return sum(self.state.parked.values())

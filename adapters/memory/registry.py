@@ -23,6 +23,10 @@ class MemoryRegistry:
     async def ping(self) -> bool:
         return True
 
+    @property
+    def backend(self) -> MemoryRegistry:
+        return self
+
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
         now = now_ms()
         previous = self.state.registrations.get(agent)

@@ -250,3 +250,11 @@ class MemoryStore:
     async def close(self) -> None:
         self._closed = True
         await self.state.wake_all()
+
+    async def ping(self) -> bool:
+        return not self._closed
+
+    @property
+    def backend(self) -> MemoryStore:
+        """Each memory store opens and closes itself (several relays on one state each own theirs)."""
+        return self

@@ -29,9 +29,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from adapters.redis import driver
 from adapters.redis.errors import STORE_FAILURES, is_refusal, store_error
 from adapters.redis.keys import Keys
-from adapters.redis.pipeline import AutoPipeline
+from adapters.redis.pipeline import AutoPipeline, ScriptPipeline
 from adapters.redis.routing import HEALTH_CHECK_SECONDS, ClusterRouter, SingleRouter
 from adapters.redis.scripts import Script, ScriptLoader, Scripts
 from adapters.redis.wake import Wakeups
@@ -71,7 +72,7 @@ class RedisSettings:
 @dataclass(slots=True)
 class _Stack:
     client: Redis | RedisCluster
-    pipeline: AutoPipeline
+    pipeline: ScriptPipeline
     cluster: bool
 
 
@@ -90,6 +91,10 @@ class RedisConnection:
         self._plain = asyncio.Semaphore(settings.max_connections)
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    # A Relay's registry, inbox and notice store name this connection as their ``backend``: the Relay
+    # opens and closes it once for the three. An adapter used beside a Relay on the same connection
+    # (a delivery queue, the policy store, the operator view) or alone in a command opens and closes it
+    # too, so it is closed when the last of its users closes it.
 
     async def open(self) -> None:
         self._users += 1
@@ -155,9 +160,9 @@ class RedisConnection:
                 health_check_interval=5,
                 **common,
             )
-            plain = Redis(connection_pool=pool)
-            name = _describe(factory)
-            router_single = SingleRouter(factory.make_connection, s.max_connections, name)
+            plain = Redis.from_pool(pool)  # closing the client closes its pool
+            name, make = driver.connection_factory(factory)
+            router_single = SingleRouter(make, s.max_connections, name)
             stack = _Stack(
                 plain, AutoPipeline(router_single, self._loader, s.command_timeout, s.wait_replicas), False
             )
@@ -258,10 +263,8 @@ class RedisConnection:
             async with asyncio.timeout(self.settings.command_timeout):
                 if not stack.cluster:
                     return bool(await stack.pipeline.command(None, "PING"))
-                router = stack.pipeline.router
-                for node in router.primaries():
-                    await stack.pipeline.command_on(node, "PING")
-                info = str(await stack.pipeline.command_on(router.primaries()[0], "CLUSTER", "INFO"))
+                await stack.pipeline.on_each_primary("PING")
+                info = str(await stack.pipeline.command(None, "CLUSTER", "INFO"))
                 return "cluster_state:ok" in info
         except (*STORE_FAILURES, TimeoutError):
             return False
@@ -288,13 +291,6 @@ async def _cluster_enabled(probe: Redis) -> bool:
             return False
         return True
     return bool(int(info.get("cluster_enabled", 0)))
-
-
-def _describe(pool: ConnectionPool) -> str:
-    kwargs = pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
 @contextlib.asynccontextmanager

@@ -71,17 +71,10 @@ def outcome_hash(connection: RedisConnection, agent: str, now: int) -> tuple[str
 class RedisInboxStore:
     def __init__(self, connection: RedisConnection, *, clock: Callable[[], int] = now_ms) -> None:
         self.connection = connection
+        self.backend = connection
+        """``Relay`` opens and closes it (once for all the stores on it)."""
         self.keys = connection.keys
         self.clock = clock
-
-    async def open(self) -> None:
-        await self.connection.open()
-
-    async def close(self) -> None:
-        await self.connection.close()
-
-    async def ping(self) -> bool:
-        return await self.connection.ping()
 
     def parked(self, agent: str | None = None) -> int:
         return self.connection.wakeups.count(agent)

@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from redis.asyncio import Redis, RedisCluster
 
@@ -32,7 +29,6 @@ from adapters.redis.directory import Directory
 from adapters.redis.entries import entry_ms
 from adapters.redis.keys import DEFAULT_PREFIX
 from adapters.redis.protocol_operator import inspect_call
-from adapters.redis.server import LOCK_FILE, STATE_FILE
 from broker.envelope import format_ms, parse_ms
 from broker.errors import BackendUnavailable
 
@@ -42,10 +38,8 @@ __all__ = [
     "Inspector",
     "Report",
     "entry_ms",
-    "process_alive",
     "redacted",
     "report",
-    "running_server_url",
 ]
 
 PIPELINE_CHUNK = 500
@@ -241,31 +235,3 @@ def redacted(url: str) -> str:
     if not sep or "@" not in rest.split("/", 1)[0]:
         return url
     return f"{scheme}://***@{rest.partition('@')[2]}"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` runs now (someone else's included)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, someone else's
-    return True
-
-
-def running_server_url(data_dir: Path) -> str | None:
-    """The URL of the embedded server running from ``data_dir`` now, else None: the lock file names the
-    server's pid (a live process) and the state file its address. Read-only: no lock is taken, so a
-    ``relay serve`` starting meanwhile is never disturbed."""
-    try:
-        owner = int((data_dir / LOCK_FILE).read_text().strip() or "0")
-        state = json.loads((data_dir / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if owner <= 0 or not isinstance(state, dict) or not process_alive(owner):
-        return None
-    host, port = state.get("host"), state.get("port")
-    if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
-        return None
-    return f"redis://{f'[{host}]' if ':' in host else host}:{port}/0"

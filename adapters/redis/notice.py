@@ -28,14 +28,10 @@ opening the pool's every connection; each look takes Redis a few microseconds.""
 class RedisNoticeStore:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
+        self.backend = connection
+        """``Relay`` opens and closes it (once for all the stores on it)."""
         self.keys = connection.keys
         self._looks = asyncio.Semaphore(MAX_CONCURRENT_LOOKS)
-
-    async def open(self) -> None:
-        await self.connection.open()
-
-    async def close(self) -> None:
-        await self.connection.close()
 
     async def wait(
         self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int

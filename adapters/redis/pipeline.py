@@ -1,5 +1,8 @@
 """Auto-pipelined script calls: the one way relay runs its Lua scripts.
 
+The rest of the adapter sees it as a ``ScriptPipeline`` (evalsha, command, on_each_primary, close);
+the redis-py internals it relies on are named in ``driver.py``.
+
 Script calls made in the same event-loop turn for the same node go out as one pipeline (one write,
 one round trip, at most ``MAX_BATCH`` calls) on one of that node's connections. Redis runs each
 script atomically, one after another; every call gets its own reply or error. Under concurrency this
@@ -27,7 +30,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import hiredis
 from redis.exceptions import (
@@ -43,6 +46,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from adapters.redis import driver
 from adapters.redis.routing import Node, Router
 from adapters.redis.scripts import Script, ScriptLoader
 
@@ -57,6 +61,23 @@ _NOT_RUN = (TryAgainError, ClusterDownError, ReadOnlyError)
 
 class ReplicasBehind(RedisTimeoutError):
     """``WAIT`` saw fewer replicas than required within the timeout; the write may have landed."""
+
+
+class ScriptPipeline(Protocol):
+    """What the rest of the adapter sees of the auto-pipelined client (``RedisConnection`` holds one)."""
+
+    async def evalsha(
+        self, script: Script, keys: Sequence[str], args: Sequence[str | int], *, durable: bool = False
+    ) -> Any:
+        """Run ``script`` on the node of ``keys[0]``; its reply, or its error raised."""
+
+    async def command(self, key: str | None, *args: str | int) -> Any:
+        """One plain command on the node of ``key`` (the first master when None)."""
+
+    async def on_each_primary(self, *args: str | int) -> list[Any]:
+        """One plain command on every master, in turn; their replies."""
+
+    async def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -74,7 +95,7 @@ class _Call:
 
 class AutoPipeline:
     def __init__(self, router: Router, loader: ScriptLoader, timeout: float, replicas: int = 0) -> None:
-        self.router = router
+        self._router = router
         self._loader = loader
         self._timeout = timeout
         self._replicas = replicas
@@ -103,7 +124,7 @@ class AutoPipeline:
             self._enqueue(call)
         else:
             try:
-                node = self.router.node_for(call.key)
+                node = self._router.node_for(call.key)
             except Exception:
                 self._enqueue(call)  # routes it again, or retries it later
             else:
@@ -112,7 +133,7 @@ class AutoPipeline:
 
     def _enqueue(self, call: _Call) -> None:
         try:
-            node = self.router.node_for(call.key)
+            node = self._router.node_for(call.key)
         except Exception as exc:  # no node serves the slot (a cluster still forming or failing)
             self._retry_later(call, exc)
             return
@@ -157,8 +178,8 @@ class AutoPipeline:
         try:
             replies = await self._roundtrip(node, commands)
         except Exception as exc:
-            if isinstance(exc, RedisConnectionError | OSError) and self.router.cluster:
-                self._spawn(self.router.refresh())
+            if isinstance(exc, RedisConnectionError | OSError) and self._router.cluster:
+                self._spawn(self._router.refresh())
             for call in calls:
                 _fail(call, exc)
             return
@@ -196,9 +217,9 @@ class AutoPipeline:
             if isinstance(error, NoScriptError):
                 await self._loader.ensure(node.name, call.script, call.stamp, lambda s: self._load(node, s))
             elif isinstance(error, MovedError):
-                await self.router.moved(error)
+                await self._router.moved(error)
             elif isinstance(error, AskError):
-                await self._run(self.router.node_at(str(error.host), int(error.port)), [call], asking=True)
+                await self._run(self._router.node_at(str(error.host), int(error.port)), [call], asking=True)
                 return
             elif isinstance(error, _NOT_RUN):
                 self._retry_later(call, error)
@@ -220,7 +241,7 @@ class AutoPipeline:
         async def later() -> None:
             await asyncio.sleep(min(0.05 * call.attempts, 0.5))
             try:
-                await self.router.refresh()
+                await self._router.refresh()
             except Exception as exc:
                 if time.monotonic() - call.started > self._timeout:
                     _fail(call, exc)
@@ -231,7 +252,7 @@ class AutoPipeline:
         self._spawn(later())
 
     async def _load(self, node: Node, source: str) -> None:
-        await self.command_on(node, "SCRIPT", "LOAD", source)
+        await self._command_on(node, "SCRIPT", "LOAD", source)
 
     async def _roundtrip(self, node: Node, commands: list[tuple[str | int, ...]]) -> list[Any]:
         """Write ``commands`` at once and read their replies (error replies as values); checkout and
@@ -240,11 +261,11 @@ class AutoPipeline:
         try:
             async with asyncio.timeout(self._timeout):
                 connection = await node.take()
-                await connection.send_packed_command(pack(commands), check_health=True)
+                await driver.write(connection, pack(commands))
                 replies: list[Any] = []
                 for _ in commands:
                     try:
-                        replies.append(await connection.read_response())
+                        replies.append(await driver.read(connection))
                     except ResponseError as exc:
                         replies.append(exc)
         except TimeoutError:
@@ -261,10 +282,13 @@ class AutoPipeline:
     async def command(self, key: str | None, *args: str | int) -> Any:
         """One plain command on the node of ``key`` (the first master when None), through the same
         pools and timeout."""
-        node = self.router.node_for(key) if key is not None else self.router.primaries()[0]
-        return await self.command_on(node, *args)
+        node = self._router.node_for(key) if key is not None else self._router.primaries()[0]
+        return await self._command_on(node, *args)
 
-    async def command_on(self, node: Node, *args: str | int) -> Any:
+    async def on_each_primary(self, *args: str | int) -> list[Any]:
+        return [await self._command_on(node, *args) for node in self._router.primaries()]
+
+    async def _command_on(self, node: Node, *args: str | int) -> Any:
         (reply,) = await self._roundtrip(node, [args])
         if isinstance(reply, Exception):
             raise reply
@@ -273,7 +297,7 @@ class AutoPipeline:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        await self.router.close()
+        await self._router.close()
 
 
 def pack(commands: Sequence[Sequence[str | int]]) -> bytes:
@@ -288,4 +312,4 @@ def _fail(call: _Call, error: BaseException) -> None:
         call.future.set_exception(error)
 
 
-__all__ = ["MAX_BATCH", "AutoPipeline", "BusyLoadingError", "ReplicasBehind"]
+__all__ = ["MAX_BATCH", "AutoPipeline", "BusyLoadingError", "ReplicasBehind", "ScriptPipeline"]

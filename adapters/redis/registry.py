@@ -20,17 +20,10 @@ from broker.ports import RegisterOutcome, Registration
 class RedisRegistry:
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
+        self.backend = connection
+        """``Relay`` opens and closes it (once for all the stores on it)."""
         self.keys = connection.keys
         self.directory = Directory(connection)
-
-    async def open(self) -> None:
-        await self.connection.open()
-
-    async def close(self) -> None:
-        await self.connection.close()
-
-    async def ping(self) -> bool:
-        return await self.connection.ping()
 
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
         now = now_ms()

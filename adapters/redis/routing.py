@@ -7,7 +7,7 @@ idle is checked with a ``PING`` before use (redis-py's health check, ``HEALTH_CH
 first call after a Redis restart does not fail.
 
 ``SingleRouter`` routes everything to the one server of the URL. ``ClusterRouter`` asks redis-py's
-``RedisCluster`` topology (``nodes_manager``) which node serves a key's slot, follows ``MOVED`` by
+``RedisCluster`` topology (through ``driver.py``) which node serves a key's slot, follows ``MOVED`` by
 updating that topology, and reloads the topology (single-flight) after a node failed: a failover is
 picked up without a restart.
 """
@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from redis.asyncio import RedisCluster
-from redis.asyncio.connection import AbstractConnection
-from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MovedError
+
+from adapters.redis import driver
+from adapters.redis.driver import Connection
 
 HEALTH_CHECK_SECONDS = 0.05
 """A connection idle longer than this is PINGed (and reconnected once if that fails) before use; under
@@ -36,16 +36,16 @@ _REFRESH_EVERY = 0.25
 class Node:
     """A bounded pool of redis-py connections to one server; waiting for a free one queues."""
 
-    def __init__(self, name: str, make: Callable[[], AbstractConnection], limit: int) -> None:
+    def __init__(self, name: str, make: Callable[[], Connection], limit: int) -> None:
         self.name = name
         self._make = make
         self._limit = limit
-        self._idle: list[tuple[AbstractConnection, float]] = []
+        self._idle: list[tuple[Connection, float]] = []
         """Connections given back, with when: the most recent last (taken first)."""
         self._count = 0
-        self._waiters: collections.deque[asyncio.Future[AbstractConnection | None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[Connection | None]] = collections.deque()
 
-    async def take(self) -> AbstractConnection:
+    async def take(self) -> Connection:
         """A connected connection; waits (callers bound it with a timeout) while all are busy."""
         if self._idle:
             connection, _ = self._idle.pop()
@@ -53,7 +53,7 @@ class Node:
             self._count += 1
             connection = self._make()
         else:
-            waiter: asyncio.Future[AbstractConnection | None] = asyncio.get_running_loop().create_future()
+            waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
                 handed = await waiter
@@ -66,17 +66,13 @@ class Node:
                 handed = self._make()
             connection = handed
         try:
-            if not connection.is_connected:
-                await connection.connect()  # type: ignore[no-untyped-call]
-            elif await _stale(connection):  # closed by the server (a restart), or dirty
-                await connection.disconnect(nowait=True)
-                await connection.connect()  # type: ignore[no-untyped-call]
+            await driver.ready(connection)
         except BaseException:
             await self.drop(connection)
             raise
         return connection
 
-    def give(self, connection: AbstractConnection) -> None:
+    def give(self, connection: Connection) -> None:
         """Return a connection whose round trip ended well."""
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -85,10 +81,10 @@ class Node:
                 return
         self._idle.append((connection, time.monotonic()))
 
-    async def drop(self, connection: AbstractConnection) -> None:
+    async def drop(self, connection: Connection) -> None:
         """Discard a connection that failed, timed out or was abandoned mid-round-trip."""
         self._count -= 1
-        await connection.disconnect(nowait=True)
+        await driver.discard(connection)
         self._wake_one()
 
     def _wake_one(self) -> None:
@@ -101,14 +97,7 @@ class Node:
     async def close(self) -> None:
         idle, self._idle = self._idle, []
         for connection, _ in idle:
-            await connection.disconnect(nowait=True)
-
-
-async def _stale(connection: AbstractConnection) -> bool:
-    try:
-        return bool(await connection.can_read())
-    except RedisConnectionError:
-        return True
+            await driver.discard(connection)
 
 
 class Router(Protocol):
@@ -130,7 +119,7 @@ class Router(Protocol):
 class SingleRouter:
     cluster = False
 
-    def __init__(self, make: Callable[[], AbstractConnection], limit: int, name: str) -> None:
+    def __init__(self, make: Callable[[], Connection], limit: int, name: str) -> None:
         self._node = Node(name, make, limit)
 
     def node_for(self, key: str) -> Node:
@@ -163,35 +152,24 @@ class ClusterRouter:
         self._refreshing: asyncio.Task[None] | None = None
         self._refreshed_at = 0.0
 
-    def _node(self, name: str, connection_class: type[AbstractConnection], kwargs: dict[str, Any]) -> Node:
-        node = self._nodes.get(name)
+    def _node(self, server: driver.Server) -> Node:
+        node = self._nodes.get(server.name)
         if node is None:
-            settings = {**kwargs, **self._overrides}
-            node = self._nodes[name] = Node(name, lambda: connection_class(**settings), self._limit)
+            make, settings = server.connection_class, {**server.connection_kwargs, **self._overrides}
+            node = self._nodes[server.name] = Node(server.name, lambda: make(**settings), self._limit)
         return node
 
     def node_for(self, key: str) -> Node:
-        manager = self.client.nodes_manager
-        server = manager.get_node_from_slot(key_slot(key.encode()))
-        return self._node(server.name, server.connection_class, server.connection_kwargs)
+        return self._node(driver.slot_owner(self.client, key))
 
     def node_at(self, host: str, port: int) -> Node:
-        manager = self.client.nodes_manager
-        server = manager.get_node(host=host, port=port)
-        if server is None:
-            name = f"{host}:{port}"
-            any_server = next(iter(manager.nodes_cache.values()))
-            kwargs = {**any_server.connection_kwargs, "host": host, "port": port}
-            return self._node(name, any_server.connection_class, kwargs)
-        return self._node(server.name, server.connection_class, server.connection_kwargs)
+        return self._node(driver.server_at(self.client, host, port))
 
     def primaries(self) -> list[Node]:
-        return [
-            self._node(n.name, n.connection_class, n.connection_kwargs) for n in self.client.get_primaries()
-        ]
+        return [self._node(server) for server in driver.primaries(self.client)]
 
     async def moved(self, error: MovedError) -> None:
-        await self.client.nodes_manager.move_slot(error)
+        await driver.follow_moved(self.client, error)
 
     async def refresh(self) -> None:
         """Reload the slot map from the cluster; concurrent callers share one reload, and reloads are
@@ -205,7 +183,7 @@ class ClusterRouter:
 
     async def _reload(self) -> None:
         try:
-            await self.client.nodes_manager.initialize()
+            await driver.reload_topology(self.client)
         finally:
             self._refreshed_at = time.monotonic()
             self._refreshing = None
@@ -213,7 +191,3 @@ class ClusterRouter:
     async def close(self) -> None:
         for node in self._nodes.values():
             await node.close()
-
-
-def redirect(error: AskError) -> tuple[str, int]:
-    return str(error.host), int(error.port)

