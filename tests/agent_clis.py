@@ -78,13 +78,13 @@ def run_cli(
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
-        stop_tree(proc.pid)
+        stop_tree(proc)
         out, err = proc.communicate(timeout=10)
         raise AssertionError(
             f"{' '.join(argv[:3])} did not finish in {timeout} s: {out[-2000:]}{err[-2000:]}"
         ) from None
     finally:
-        stop_tree(proc.pid)
+        stop_tree(proc)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 

@@ -153,11 +153,11 @@ def run_claude(
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        stop_tree(proc.pid)
+        stop_tree(proc)
         out, err = proc.communicate(timeout=10)
         raise AssertionError(f"claude {' '.join(args)} did not finish in {timeout} s: {out}{err}") from None
     finally:
-        stop_tree(proc.pid)
+        stop_tree(proc)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -188,8 +188,10 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def stop_tree(pid: int, timeout: float = 10.0) -> None:
-    """SIGTERM ``pid`` and everything it started (collected by PID first), SIGKILL what is left."""
+def stop_tree(process: int | subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM ``process`` and everything it started (collected by PID first), SIGKILL what is left.
+    Given a ``Popen``, it also learns the exit (warnings are errors: an unwaited ``Popen`` warns)."""
+    pid = process if isinstance(process, int) else process.pid
     pids = [pid, *descendants(pid)]
     for each in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -201,6 +203,12 @@ def stop_tree(pid: int, timeout: float = 10.0) -> None:
         if _alive(each):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(each, signal.SIGKILL)
+    if not isinstance(process, int):
+        process.wait(timeout)  # already reaped by _alive: Popen takes that as an exit
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 def _alive(pid: int) -> bool:
@@ -281,7 +289,7 @@ class InteractiveClaude:
     def stop(self) -> None:
         """Stop the session and every process below it (by PID); close the terminal."""
         if self.proc is not None:
-            stop_tree(self.proc.pid)
+            stop_tree(self.proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
         self._closing.set()

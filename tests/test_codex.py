@@ -217,7 +217,7 @@ class CodexWorld:
                     break
         finally:
             timer.cancel()
-            stop_tree(proc.pid)
+            stop_tree(proc)
         return found
 
 
@@ -390,4 +390,4 @@ def test_session_end_stops_the_sessions_waiter(tmp_path: Path) -> None:
         assert ended.returncode == 0 and ended.stdout == "", ended.stderr
         assert waiter.wait(30) == 0
     finally:
-        stop_tree(waiter.pid)
+        stop_tree(waiter)

@@ -215,7 +215,7 @@ def test_a_folder_for_both_connects_in_both_and_a_turn_fetches_the_note(
         )
         _, err = proc.communicate(timeout=120)
     finally:
-        stop_tree(proc.pid)
+        stop_tree(proc)
 
     assert mcp_status(claude.stdout, "relay") == "✔ Connected", claude.stdout + claude.stderr
     assert proc.returncode == 0, err[-3000:]
@@ -261,7 +261,7 @@ def test_mail_arriving_during_a_turn_is_announced_when_it_ends(copilot_world: Co
         _, err = proc.communicate(timeout=120)
     finally:
         api.release()
-        stop_tree(proc.pid)
+        stop_tree(proc)
 
     took = announced.at - ended
     assert took < ANNOUNCE_WITHIN_S, f"announced {took:.2f} s after the turn's model answer"

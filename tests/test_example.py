@@ -202,7 +202,7 @@ def test_the_workbench_example_runs_as_the_readme_says(
                 cwd=folder, env=env, capture_output=True, text=True, timeout=60, check=True,
             )  # fmt: skip
         finally:
-            stop_tree(workbench.pid)
+            stop_tree(workbench)
     compact = fetched.last_user_text().replace(" ", "")
     assert '"from":"planner"' in compact and f'"in_reply_to":"{asked}"' in compact
     assert "from: builder\nkind: reply (3)\n" in back.text() and "tier: in_process\n" in back.text()

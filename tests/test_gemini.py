@@ -260,7 +260,7 @@ def test_mail_arriving_during_a_turn_is_announced_when_it_ends(gemini_world: Gem
         _, err = proc.communicate(timeout=120)
     finally:
         api.release()
-        stop_tree(proc.pid)
+        stop_tree(proc)
 
     took = announced.at - ended
     assert took < ANNOUNCE_WITHIN_S, f"announced {took:.2f} s after the turn's model answer"

@@ -201,7 +201,7 @@ def test_mail_wakes_an_idle_session_which_registers_and_fetches_it(opencode_worl
         )
         fetched = api.wait_for(lambda r: NOTE in _results([r]), 60, after=first, what="with the fetched note")
     finally:
-        stop_tree(server.pid)
+        stop_tree(server)
 
     took = woken.at - sent
     after = [(r.path, round(r.at - sent, 2), r.is_conversation) for r in api.requests[first:]]

@@ -169,7 +169,7 @@ class WorkbenchProcess:
 
     def stop(self) -> None:
         if self.proc is not None:
-            stop_tree(self.proc.pid)
+            stop_tree(self.proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
 
