@@ -141,10 +141,13 @@ async def scripted(
             append = with_tier(send.append, checked.tier, checked.provider)
             appended = SendAppended.read(await run(scripts.send_append, append.keys, append.args))
             outcomes = keys.outcomes(to, day)
-            fetch = fetch_call(keys, to, "s", 1, now=now, max_deliveries=0, outcomes=outcomes, until=until)
+            keep = settings.history_retention_ms
+            fetch = fetch_call(
+                keys, to, "s", 1, now=now, max_deliveries=0, outcomes=outcomes, until=until, keep=keep
+            )
             Fetch.read(await run(scripts.fetch, fetch.keys, fetch.args))
             entry = (appended.stream_id, appended.nonce)
-            ack = ack_call(keys, to, "s", [entry], outcomes=outcomes, until=until)
+            ack = ack_call(keys, to, "s", [entry], outcomes=outcomes, until=until, keep=keep)
             await run(scripts.ack, ack.keys, ack.args)
             n += 1
         return n

@@ -14,9 +14,13 @@ from broker.delivery import DeadLetter
 from broker.envelope import Tier, now_ms
 from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
 from broker.ids import encode_envelope_id
-from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
+from broker.limits import (
+    DEFAULT_HISTORY_RETENTION_MS,
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_STATUS_RETENTION_MS,
+)
 from broker.policy import ContactPolicy
-from broker.ports import Appended, Registration, StoredEnvelope
+from broker.ports import Appended, Archived, Registration, StoredEnvelope
 
 
 @dataclass(slots=True)
@@ -191,6 +195,25 @@ class MemoryState:
         if self.status_retention_ms > 0:
             self.outcomes.setdefault(agent, {})[nonce] = outcome
 
+    history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS
+    """0 = keep no history."""
+    history: dict[str, list[Archived]] = field(default_factory=dict)
+    """Per agent, what left its inbox (acknowledged, dead-lettered, expired), oldest first."""
+
+    def archive(
+        self, agent: str, entry: MemoryEntry, attempts: int, outcome: str, reason: str | None
+    ) -> None:
+        """Keep ``entry`` (just taken out of ``agent``'s inbox) in its history, trimming what is older
+        than the retention (as ``entry_archive`` in ``lua/_entry.lua``)."""
+        if self.history_retention_ms <= 0:
+            return
+        now = self.clock()
+        kept = [a for a in self.history.get(agent, []) if a.archived_at_ms >= now - self.history_retention_ms]
+        seq = sum(1 for a in kept if a.archived_at_ms == now)
+        envelope = replace(entry.stored(agent), deliveries=attempts)
+        kept.append(Archived(envelope, outcome, reason, now, f"{now}-{seq}"))
+        self.history[agent] = kept
+
     def bury(self, agent: str, entry: MemoryEntry, attempts: int, reason: str) -> None:
         """Move ``entry`` (already taken out of ``agent``'s inbox) to its dead letters, and record the
         outcome for its sender's status."""
@@ -208,6 +231,7 @@ class MemoryState:
         )
         self.dead.setdefault(agent, []).append(letter)
         how = "expired" if reason == "expired" else "dead_lettered"
+        self.archive(agent, entry, attempts, how, None if how == "expired" else reason)
         self.left(agent, entry.nonce, Outcome(entry.position, attempts, how, reason[:120]))
 
     notices: dict[str, tuple[str, tuple[int, int], float]] = field(default_factory=dict)

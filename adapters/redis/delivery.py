@@ -156,6 +156,7 @@ class RedisDeliveryQueue:
             now=now,
             outcomes=outcomes,
             until=until,
+            keep=self.connection.settings.history_retention_ms,
         )
         try:
             # not retried: after a lost reply the entry is gone, and a retry would report False

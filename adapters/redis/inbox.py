@@ -183,6 +183,7 @@ class RedisInboxStore:
             max_deliveries=connection.settings.max_deliveries,
             outcomes=outcomes,
             until=until,
+            keep=connection.settings.history_retention_ms,
         )
         try:
             reply = Fetch.read(
@@ -196,7 +197,15 @@ class RedisInboxStore:
         connection = self.connection
         now = self.clock()
         outcomes, until = outcome_hash(connection, agent, now)
-        call = sweep_call(self.keys, agent, now=now, outcomes=outcomes, until=until, limit=limit)
+        call = sweep_call(
+            self.keys,
+            agent,
+            now=now,
+            outcomes=outcomes,
+            until=until,
+            limit=limit,
+            keep=connection.settings.history_retention_ms,
+        )
         try:
             dropped = await connection.script(connection.scripts.sweep, call.keys, call.args, idempotent=True)
         except ResponseError as exc:
@@ -261,7 +270,15 @@ class RedisInboxStore:
         connection = self.connection
         outcomes, until = outcome_hash(connection, agent, self.clock())
         entries = [entry_id(one) for one in ids]
-        call = ack_call(self.keys, agent, session, entries, outcomes=outcomes, until=until)
+        call = ack_call(
+            self.keys,
+            agent,
+            session,
+            entries,
+            outcomes=outcomes,
+            until=until,
+            keep=connection.settings.history_retention_ms,
+        )
         try:
             replies = read_acked(
                 await connection.script(

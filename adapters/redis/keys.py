@@ -32,6 +32,12 @@ class Keys:
         """Stream of envelopes that failed delivery too often."""
         return f"{self.prefix}:dead:{{{agent}}}"
 
+    def history(self, agent: str) -> str:
+        """Stream of what left ``agent``'s inbox (acknowledged, dead-lettered, expired): the entry's
+        fields and entry_id, attempts, outcome, reason; its ids are the time each left. Trimmed by time
+        (``MINID``) to the history retention; it has no consumer group."""
+        return f"{self.prefix}:history:{{{agent}}}"
+
     def rate(self, agent: str) -> str:
         """String: the sender's rate-limit state."""
         return f"{self.prefix}:rate:{{{agent}}}"

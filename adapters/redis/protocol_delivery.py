@@ -40,11 +40,13 @@ def dead_letter_call(
     now: int,
     outcomes: str,
     until: int,
+    keep: int,
 ) -> Call:
+    """``keep``: the history retention (ms; 0 = keep no history)."""
     stream_id, nonce = entry
     return Call(
-        [keys.inbox(agent), keys.dead_letters(agent), outcomes],
-        [GROUP, stream_id, nonce, consumer or "", reason, format_ms(now), until],
+        [keys.inbox(agent), keys.dead_letters(agent), outcomes, keys.history(agent)],
+        [GROUP, stream_id, nonce, consumer or "", reason, format_ms(now), until, keep],
     )
 
 

@@ -32,7 +32,9 @@ def fetch_call(
     max_deliveries: int,
     outcomes: str,
     until: int,
+    keep: int,
 ) -> Call:
+    """``keep``: the history retention (ms; 0 = keep no history), as for every call below."""
     return Call(
         [
             keys.registration(agent),
@@ -40,8 +42,9 @@ def fetch_call(
             keys.dead_letters(agent),
             outcomes,
             keys.delivery_counts(agent),
+            keys.history(agent),
         ],
-        [session or "", GROUP, agent, limit, now, max_deliveries, format_ms(now), until],
+        [session or "", GROUP, agent, limit, now, max_deliveries, format_ms(now), until, keep],
     )
 
 
@@ -58,10 +61,16 @@ class Fetch:
         return cls(rows, _pairs(dropped))
 
 
-def sweep_call(keys: Keys, agent: str, *, now: int, outcomes: str, until: int, limit: int) -> Call:
+def sweep_call(keys: Keys, agent: str, *, now: int, outcomes: str, until: int, limit: int, keep: int) -> Call:
     return Call(
-        [keys.inbox(agent), keys.dead_letters(agent), outcomes, keys.delivery_counts(agent)],
-        [GROUP, now, format_ms(now), until, limit],
+        [
+            keys.inbox(agent),
+            keys.dead_letters(agent),
+            outcomes,
+            keys.delivery_counts(agent),
+            keys.history(agent),
+        ],
+        [GROUP, now, format_ms(now), until, limit, keep],
     )
 
 
@@ -78,12 +87,13 @@ def ack_call(
     *,
     outcomes: str,
     until: int,
+    keep: int,
 ) -> Call:
     """``entries``: (stream entry id, nonce) of each envelope (``entries.entry_id``)."""
-    args: list[Arg] = [session or "", GROUP, until]
+    args: list[Arg] = [session or "", GROUP, until, keep]
     for pair in entries:
         args += pair
-    return Call([keys.registration(agent), keys.inbox(agent), outcomes], args)
+    return Call([keys.registration(agent), keys.inbox(agent), outcomes, keys.history(agent)], args)
 
 
 def read_acked(reply: Sequence[object]) -> list[tuple[str, str] | None]:

@@ -82,10 +82,39 @@ end
 local function entry_outcome(outcomes, until_ms, nonce, value)
   entry_outcomes(outcomes, until_ms, {nonce, value})
 end
+-- keep entry {id, fields}, which just left its inbox, in the agent's history stream `history`: its
+-- fields as they were, then entry_id (its inbox entry id), attempts, outcome ('acknowledged',
+-- 'dead_lettered', 'expired') and reason (only when dead-lettered); the history entry's id is the
+-- time it left (Redis TIME). History has no consumer group and no pending list, so trimming by time
+-- (MINID: everything that left more than keep_ms ago) loses nothing unacknowledged. keep_ms '0' keeps
+-- nothing (and writes nothing).
+local function entry_archive(history, keep_ms, e, attempts, outcome, reason)
+  if keep_ms == '0' then
+    return
+  end
+  local kept = {}
+  for j = 1, #e[2] do
+    kept[j] = e[2][j]
+  end
+  kept[#kept + 1] = 'entry_id'
+  kept[#kept + 1] = e[1]
+  kept[#kept + 1] = 'attempts'
+  kept[#kept + 1] = attempts
+  kept[#kept + 1] = 'outcome'
+  kept[#kept + 1] = outcome
+  if reason then
+    kept[#kept + 1] = 'reason'
+    kept[#kept + 1] = reason
+  end
+  local t = redis.call('TIME')
+  local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(keep_ms)
+  redis.call('XADD', history, 'MINID', string.format('%.0f', math.max(oldest, 0)), '*', unpack(kept))
+end
 -- move entry {id, fields} of `inbox` to the dead-letter stream `dead` (envelope_id, the readable
--- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, and record the outcome for the
--- sender's status (entry_outcome: 'expired' when that is the reason, else 'dead <reason>')
-local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms)
+-- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, record the outcome for the
+-- sender's status (entry_outcome: 'expired' when that is the reason, else 'dead <reason>') and keep it
+-- in the history (entry_archive)
+local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, keep_ms)
   local fields, nonce = e[2], ''
   local letter = {'envelope_id', ''}
   for j = 1, #fields - 1, 2 do
@@ -109,6 +138,9 @@ local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outc
   local how = 'expired'
   if reason ~= 'expired' then
     how = 'dead ' .. string.sub(reason, 1, 120)
+    entry_archive(history, keep_ms, e, attempts, 'dead_lettered', reason)
+  else
+    entry_archive(history, keep_ms, e, attempts, 'expired', nil)
   end
   entry_outcome(outcomes, until_ms, nonce, e[1] .. ' ' .. attempts .. ' ' .. how)
 end
