@@ -21,6 +21,7 @@ from relay.commands import (
     credentials,
     dashboard,
     dead_letters,
+    history,
     hook,
     inspect,
     keys,
@@ -52,6 +53,7 @@ COMMANDS = (
     read,
     tail,
     thread,
+    history,
     dashboard,
     workbench,
 )

@@ -113,6 +113,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             max_deliveries=settings.max_deliveries,
             idempotency_window_ms=settings.idempotency_window_ms,
             status_retention_ms=settings.status_retention_ms,
+            history_retention_ms=settings.history_retention_ms,
         )
     )
     notices = RedisNoticeStore(connection)

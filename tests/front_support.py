@@ -23,7 +23,7 @@ from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app
 from broker.front.limits import DEFAULT_MAX_BODY_BYTES
 from broker.front.tokens import KeyRing, agent_headers, generate_key
-from broker.limits import MAX_WAIT_SECONDS
+from broker.limits import DEFAULT_HISTORY_RETENTION_MS, MAX_WAIT_SECONDS
 from broker.relay import Relay
 from broker.testing.polling import eventually
 from tests.support import unique_prefix
@@ -79,9 +79,13 @@ async def running_front(
     prefix: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_wait: float = MAX_WAIT_SECONDS,
+    history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
 ) -> AsyncIterator[Front]:
     keyring = KeyRing([secrets.token_bytes(32)])
-    connection = RedisConnection(RedisSettings(url=redis_url, prefix=prefix or unique_prefix()))
+    settings = RedisSettings(
+        url=redis_url, prefix=prefix or unique_prefix(), history_retention_ms=history_retention_ms
+    )
+    connection = RedisConnection(settings)
     relay = Relay(
         AgentMessageContract(),
         RedisInboxStore(connection),
