@@ -28,7 +28,15 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import entry_id, envelope_id, rows, tier_of
 from adapters.redis.errors import Refused, refusal
-from adapters.redis.protocol import SendAppended, SendCall, SendChecked, send_call, with_refund, with_tier
+from adapters.redis.protocol import (
+    DAY_MS,
+    SendAppended,
+    SendCall,
+    SendChecked,
+    send_call,
+    with_refund,
+    with_tier,
+)
 from adapters.redis.protocol_inbox import (
     Dropped,
     Fetch,
@@ -48,7 +56,6 @@ from broker.ids import decode_envelope_id, new_nonce
 from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, Appended, Fetched, MessageStatus, SendOptions
 
-DAY_MS: Final = 24 * 3600 * 1000
 SKEW_MS: Final = 5 * 60 * 1000
 """A send is noted under its worker's day; its entry id carries Redis's time. Status looks at the days
 this far either side, so clocks this far apart still find it."""
@@ -110,6 +117,7 @@ class RedisInboxStore:
             nonce=new_nonce(),
             day=day,
             index_until=retained_until(day, connection.settings.status_retention_ms),
+            replies_until=self._replies_until,
         )
         try:
             if connection.single_node:
@@ -128,6 +136,11 @@ class RedisInboxStore:
         return Appended(
             envelope_id(reply.stream_id, reply.nonce), tier_of(reply.tier), reply.sent_at_ms, reply.repeat
         )
+
+    def _replies_until(self, day: int) -> int:
+        """When the replies index of ``day`` expires: with the history (a day at least, for threads of
+        mail still in inboxes when no history is kept)."""
+        return retained_until(day, max(self.connection.settings.history_retention_ms, DAY_MS))
 
     async def _two_steps(self, call: SendCall) -> SendAppended:
         """A send on a cluster: step 1 on the sender's slot, step 2 on the recipient's, and the undo

@@ -5,8 +5,9 @@
   ``XLEN``), auto-pipelined per node by ``Inspector``: never reads an envelope.
 - ``unacknowledged``: ``peek.lua`` (``XRANGE`` plus the ``XPENDING`` counts of the same range), which
   neither reads through the consumer group nor counts a delivery.
-- ``thread``: pages of ``peek.lua`` over every inbox and ``XRANGE`` pages of every history (in
-  pipelined rounds), linked by ``in_reply_to``.
+- ``thread``: the index walk of ``adapters/redis/threads.py`` (in proportion to the thread); when the
+  index knows nothing of the envelope, pages of ``peek.lua`` over every inbox and ``XRANGE`` pages of
+  every history (in pipelined rounds), linked by ``in_reply_to``.
 - ``history``: ``XRANGE`` pages of the agent's history stream within the time range (its ids are the
   times envelopes left the inbox), filtered by ``broker.history.Walk``; one agent's key only.
 - ``follow``: a ``SUBSCRIBE`` to the wake-up channel (every send publishes the recipient's id), and an
@@ -25,6 +26,7 @@ from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import archived, entry_ms, rows
 from adapters.redis.inspect import AgentInspection, Inspector
 from adapters.redis.protocol_operator import peek_call
+from adapters.redis.threads import walk
 from adapters.redis.wake import subscriber_client
 from broker.envelope import Tier
 from broker.errors import BackendUnavailable
@@ -93,7 +95,11 @@ class RedisOperatorView:
         return rows(agent, reply)
 
     async def thread(self, envelope_id: str, limit: int = 1000) -> list[StoredEnvelope]:
-        return linked(envelope_id, await self._everything(), limit)
+        agents = await self.inspector.directory.agents()
+        found = await walk(self.connection, envelope_id, agents)
+        if not found:  # not indexed (sent before the index, or never stored): the old scan decides
+            found = await self._everything()
+        return linked(envelope_id, found, limit)
 
     async def history(
         self, agent: str, query: HistoryQuery = EVERYTHING, limit: int = 100, after: str | None = None

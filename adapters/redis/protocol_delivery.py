@@ -45,7 +45,13 @@ def dead_letter_call(
     """``keep``: the history retention (ms; 0 = keep no history)."""
     stream_id, nonce = entry
     return Call(
-        [keys.inbox(agent), keys.dead_letters(agent), outcomes, keys.history(agent)],
+        [
+            keys.inbox(agent),
+            keys.dead_letters(agent),
+            outcomes,
+            keys.history(agent),
+            keys.history_positions(agent),
+        ],
         [GROUP, stream_id, nonce, consumer or "", reason, format_ms(now), until, keep],
     )
 
@@ -62,7 +68,7 @@ def requeue_call(
 ) -> Call:
     """``wanted``: envelope ids (none: the oldest dead letters); one fresh nonce per entry to move."""
     args: list[Arg] = [GROUP, keys.wake_channel(), agent, until, lineage, len(wanted), *wanted, *nonces]
-    return Call([keys.dead_letters(agent), keys.inbox(agent), outcomes], args)
+    return Call([keys.dead_letters(agent), keys.inbox(agent), outcomes, keys.history_positions(agent)], args)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ def fetch_call(
             outcomes,
             keys.delivery_counts(agent),
             keys.history(agent),
+            keys.history_positions(agent),
         ],
         [session or "", GROUP, agent, limit, now, max_deliveries, format_ms(now), until, keep],
     )
@@ -69,6 +70,7 @@ def sweep_call(keys: Keys, agent: str, *, now: int, outcomes: str, until: int, l
             outcomes,
             keys.delivery_counts(agent),
             keys.history(agent),
+            keys.history_positions(agent),
         ],
         [GROUP, now, format_ms(now), until, limit, keep],
     )
@@ -93,7 +95,16 @@ def ack_call(
     args: list[Arg] = [session or "", GROUP, until, keep]
     for pair in entries:
         args += pair
-    return Call([keys.registration(agent), keys.inbox(agent), outcomes, keys.history(agent)], args)
+    return Call(
+        [
+            keys.registration(agent),
+            keys.inbox(agent),
+            outcomes,
+            keys.history(agent),
+            keys.history_positions(agent),
+        ],
+        args,
+    )
 
 
 def read_acked(reply: Sequence[object]) -> list[tuple[str, str] | None]:

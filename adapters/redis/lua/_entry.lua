@@ -85,10 +85,11 @@ end
 -- keep entry {id, fields}, which just left its inbox, in the agent's history stream `history`: its
 -- fields as they were, then entry_id (its inbox entry id), attempts, outcome ('acknowledged',
 -- 'dead_lettered', 'expired') and reason (only when dead-lettered); the history entry's id is the
--- time it left (Redis TIME). History has no consumer group and no pending list, so trimming by time
--- (MINID: everything that left more than keep_ms ago) loses nothing unacknowledged. keep_ms '0' keeps
--- nothing (and writes nothing).
-local function entry_archive(history, keep_ms, e, attempts, outcome, reason)
+-- time it left (Redis TIME), noted in the positions hash `at` (inbox entry id -> history id, for
+-- thread reads). History has no consumer group and no pending list, so trimming by time (MINID:
+-- everything that left more than keep_ms ago) loses nothing unacknowledged; at most 64 old entries go
+-- per call, their positions with them. keep_ms '0' keeps nothing (and writes nothing).
+local function entry_archive(history, at, keep_ms, e, attempts, outcome, reason)
   if keep_ms == '0' then
     return
   end
@@ -107,14 +108,27 @@ local function entry_archive(history, keep_ms, e, attempts, outcome, reason)
     kept[#kept + 1] = reason
   end
   local t = redis.call('TIME')
-  local oldest = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(keep_ms)
-  redis.call('XADD', history, 'MINID', string.format('%.0f', math.max(oldest, 0)), '*', unpack(kept))
+  local oldest = string.format('%.0f', math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(keep_ms)))
+  local old = redis.call('XRANGE', history, '-', '(' .. oldest, 'COUNT', 64)
+  if #old > 0 then
+    local gone = {}
+    for _, o in ipairs(old) do
+      gone[#gone + 1] = entry_field(o[2], 'entry_id') or ''
+    end
+    redis.call('HDEL', at, unpack(gone))
+    local last = old[#old][1]
+    local dash = string.find(last, '-', 1, true)
+    local after = string.sub(last, 1, dash) .. string.format('%.0f', tonumber(string.sub(last, dash + 1)) + 1)
+    redis.call('XTRIM', history, 'MINID', #old < 64 and oldest or after)
+  end
+  local hid = redis.call('XADD', history, '*', unpack(kept))
+  redis.call('HSET', at, e[1], hid)
 end
 -- move entry {id, fields} of `inbox` to the dead-letter stream `dead` (envelope_id, the readable
 -- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, record the outcome for the
 -- sender's status (entry_outcome: 'expired' when that is the reason, else 'dead <reason>') and keep it
 -- in the history (entry_archive)
-local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, keep_ms)
+local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms)
   local fields, nonce = e[2], ''
   local letter = {'envelope_id', ''}
   for j = 1, #fields - 1, 2 do
@@ -138,9 +152,9 @@ local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outc
   local how = 'expired'
   if reason ~= 'expired' then
     how = 'dead ' .. string.sub(reason, 1, 120)
-    entry_archive(history, keep_ms, e, attempts, 'dead_lettered', reason)
+    entry_archive(history, at, keep_ms, e, attempts, 'dead_lettered', reason)
   else
-    entry_archive(history, keep_ms, e, attempts, 'expired', nil)
+    entry_archive(history, at, keep_ms, e, attempts, 'expired', nil)
   end
   entry_outcome(outcomes, until_ms, nonce, e[1] .. ' ' .. attempts .. ' ' .. how)
 end

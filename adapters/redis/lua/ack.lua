@@ -4,6 +4,7 @@ local registration = KEYS[1] -- registration hash
 local inbox = KEYS[2] -- inbox stream
 local outcomes = KEYS[3] -- outcome hash of the day (the senders' status)
 local history = KEYS[4] -- the agent's history stream
+local at = KEYS[5] -- the history positions hash
 local session = ARGV[1] -- "" = do not check
 local group = ARGV[2] -- consumer group
 local until_ms = ARGV[3] -- when outcome records expire (ms since the epoch; 0 = no records)
@@ -32,7 +33,7 @@ for i = first_pair, #ARGV, 2 do
     local count = row and row[4]
     if count and redis.call('XACK', inbox, group, id) == 1 then
       redis.call('XDEL', inbox, id)
-      entry_archive(history, keep_ms, {id, fields}, count, 'acknowledged', nil)
+      entry_archive(history, at, keep_ms, {id, fields}, count, 'acknowledged', nil)
       records[#records + 1] = nonce
       records[#records + 1] = id .. ' ' .. count .. ' acked'
       result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}

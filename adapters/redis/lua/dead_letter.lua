@@ -4,6 +4,7 @@ local inbox = KEYS[1] -- inbox stream
 local dead = KEYS[2] -- dead-letter stream
 local outcomes = KEYS[3] -- outcome hash of the day (the sender's status)
 local history = KEYS[4] -- the agent's history stream
+local at = KEYS[5] -- the history positions hash
 local group = ARGV[1] -- consumer group
 local id = ARGV[2] -- stream entry id
 local nonce = ARGV[3]
@@ -25,5 +26,5 @@ local row = redis.call('XPENDING', inbox, group, id, id, 1)[1]
 if not row or (holder ~= '' and row[2] ~= holder) then
   return 0
 end
-entry_dead(inbox, dead, group, found, row[4], reason, dead_at, outcomes, until_ms, history, keep_ms)
+entry_dead(inbox, dead, group, found, row[4], reason, dead_at, outcomes, until_ms, history, at, keep_ms)
 return row[4]

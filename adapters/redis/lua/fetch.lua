@@ -6,6 +6,7 @@ local dead = KEYS[3] -- dead-letter stream
 local outcomes = KEYS[4] -- outcome hash of the day (the senders' status)
 local counts_key = KEYS[5] -- per-agent counts hash
 local history = KEYS[6] -- the agent's history stream
+local at = KEYS[7] -- the history positions hash
 local session = ARGV[1] -- "" = do not check
 local group = ARGV[2] -- consumer group
 local consumer = ARGV[3] -- consumer name
@@ -45,7 +46,7 @@ local function read(from, n)
 end
 local out, dropped = {}, {}
 local function drop(e, attempts, reason)
-  entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, keep_ms)
+  entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms)
   redis.call('HINCRBY', counts_key, reason, 1)
   dropped[#dropped + 1] = entry_field(e[2], 'tier') or 'network'
   dropped[#dropped + 1] = reason

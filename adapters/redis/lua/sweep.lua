@@ -5,6 +5,7 @@ local dead = KEYS[2] -- dead-letter stream
 local outcomes = KEYS[3] -- outcome hash of the day
 local counts_key = KEYS[4] -- per-agent counts hash
 local history = KEYS[5] -- the agent's history stream
+local at = KEYS[6] -- the history positions hash
 local group = ARGV[1] -- consumer group
 local now = tonumber(ARGV[2]) -- ms since the epoch
 local dead_at = ARGV[3] -- ISO-8601 UTC, as dead letters store it
@@ -22,7 +23,7 @@ for _, e in ipairs(redis.call('XRANGE', inbox, '-', '+', 'COUNT', look_at)) do
     if type(row) == 'table' and not row.err and row[1] then
       attempts = row[1][4]
     end
-    entry_dead(inbox, dead, group, e, attempts, 'expired', dead_at, outcomes, until_ms, history, keep_ms)
+    entry_dead(inbox, dead, group, e, attempts, 'expired', dead_at, outcomes, until_ms, history, at, keep_ms)
     redis.call('HINCRBY', counts_key, 'expired', 1)
     dropped[#dropped + 1] = entry_field(e[2], 'tier') or 'network'
     dropped[#dropped + 1] = 'expired'
