@@ -10,11 +10,12 @@ matches little costs the same bounded read as one that matches much, and says wh
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Final
 
 from broker.limits import HISTORY_SCAN
-from broker.ports import Archived, HistoryPage, HistoryQuery
+from broker.ports import Archived, HistoryPage, HistoryQuery, IOperatorView
 
 WORD: Final = re.compile(r"\w+")
 
@@ -92,3 +93,82 @@ def check_cursor(cursor: str) -> str:
             f"cursor {cursor[:40]!r} is not a history cursor (as a page's `next` gives: <ms>-<n>)"
         )
     return cursor
+
+
+@dataclass(frozen=True, slots=True)
+class Mail:
+    """What ``agent_mail`` answers: the caller's mail, oldest first, and the cursor of the next page
+    (None: nothing more)."""
+
+    entries: list[Archived]
+    next: str | None
+
+
+MAIL_CURSOR: Final = re.compile(r"\A([0-9]{1,16})-([0-9]{1,20})@([a-z0-9][a-z0-9._-]{0,63})\Z")
+"""A ``SearchAgentMessages`` cursor: the last entry's history position and the agent whose history
+holds it (``<ms>-<n>@<agent>``)."""
+
+
+def _order(entry: Archived) -> tuple[int, int, str]:
+    ms, _, seq = entry.cursor.partition("-")
+    return int(ms), int(seq), entry.envelope.to
+
+
+def mail_cursor(cursor: str) -> tuple[int, int, str]:
+    """The order key of a ``SearchAgentMessages`` cursor; ``ValueError`` when it is not one."""
+    found = MAIL_CURSOR.match(cursor)
+    if found is None:
+        raise ValueError(f"cursor {cursor[:40]!r} is not one a SearchAgentMessages page gave (next)")
+    return int(found.group(1)), int(found.group(2)), found.group(3)
+
+
+def _after(
+    query: HistoryQuery, holder: str, start: tuple[int, int, str] | None
+) -> tuple[HistoryQuery, str | None]:
+    """Where ``holder``'s history is read from for the page after ``start``: past the position itself
+    in the history it is of (and those of agents ordered before it), from it in the others."""
+    if start is None:
+        return query, None
+    ms, seq, of = start
+    if holder <= of:
+        return query, f"{ms}-{seq}"
+    if seq > 0:
+        return query, f"{ms}-{seq - 1}"
+    return replace(query, since_ms=max(query.since_ms or 0, ms)), None
+
+
+async def agent_mail(
+    view: IOperatorView,
+    agent: str,
+    others: Sequence[str],
+    query: HistoryQuery,
+    limit: int,
+    after: str | None = None,
+) -> Mail:
+    """Mail ``agent`` received (its own history, from ``query.sender`` when set) or sent (the histories
+    of ``others``, only entries whose sender is ``agent``), in the history order of (time it left the
+    inbox, position, holder), at most ``limit``, after the cursor ``after``. Nothing of another
+    agent's mail is returned or counted: every history other than ``agent``'s own is read with
+    ``sender = agent``, and what was read is not reported. Each history is read once per page
+    (``IOperatorView.history``: at most the page plus ``HISTORY_SCAN`` entries each)."""
+    start = mail_cursor(after) if after is not None else None
+    sent = replace(query, sender=agent)
+    asks = [(agent, query), *((other, sent) for other in others if other != agent)]
+    found: list[Archived] = []
+    stops: list[tuple[int, int, str]] = []
+    for holder, asked in asks:
+        # one more than the page per history: whether it goes on
+        asked, position = _after(asked, holder, start)
+        page = await view.history(holder, asked, limit + 1, position)
+        found += [e for e in page.entries if start is None or _order(e) > start]
+        if page.next is not None:  # this history was read up to page.next only
+            ms, _, seq = page.next.partition("-")
+            stops.append((int(ms), int(seq), holder))
+    found.sort(key=_order)
+    bound = min(stops) if stops else None  # every history was read at least this far
+    if bound is not None:
+        found = [e for e in found if _order(e) <= bound]
+    if len(found) > limit:
+        found = found[:limit]
+        bound = _order(found[-1])
+    return Mail(found, None if bound is None else f"{bound[0]}-{bound[1]}@{bound[2]}")

@@ -21,6 +21,7 @@ from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, R
 from adapters.redis.credentials import RedisCredentials
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import redacted, running_server_url
+from adapters.redis.operator_view import RedisOperatorView
 from adapters.redis.server import EmbeddedRedis
 from broker.addresses import is_loopback_host
 from broker.agent_message import AgentMessage, AgentMessageContract
@@ -144,7 +145,9 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             max_body_bytes=settings.max_body_bytes,
             allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
             before_metrics=before_metrics,
-            tool_options=ToolOptions(directory=settings.directory == "on"),
+            tool_options=ToolOptions(
+                directory=settings.directory == "on", mail=RedisOperatorView(connection)
+            ),
             dashboard=dashboard,
             credentials=credentials,
         )

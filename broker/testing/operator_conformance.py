@@ -27,6 +27,7 @@ import pytest
 from broker.addresses import Address
 from broker.delivery import IDeliveryQueue
 from broker.envelope import Tier, now_ms
+from broker.history import agent_mail
 from broker.limits import DEFAULT_HISTORY_RETENTION_MS
 from broker.ports import HistoryQuery, IOperatorView
 from broker.relay import Relay
@@ -301,3 +302,29 @@ class OperatorViewConformance(ABC, Generic[Body]):
             await relay.ack("alice", [answer])
             for start in (ask, answer):
                 assert [e.envelope_id for e in await view.thread(start)] == [ask, answer]
+
+    async def test_agent_mail_is_what_the_agent_sent_or_received_and_nothing_else(self) -> None:
+        async with self.make_history_view() as (relay, view, _):
+            await self._agents(relay, "alice", "bob", "carol")
+            ask = (await relay.send("alice", "bob", self.words(1, "deploy the api"))).id
+            aside = (await relay.send("carol", "bob", self.words(2, "deploy the api too"))).id
+            await relay.fetch("bob", 8)
+            await relay.ack("bob", [ask, aside])
+            answer = (await relay.send("bob", "alice", self.reply(3, ask))).id
+            await relay.fetch("alice", 8)
+            await relay.ack("alice", [answer])
+            everyone = ["alice", "bob", "carol"]
+            mail = await agent_mail(view, "alice", everyone, HistoryQuery(), 10)
+            assert [e.envelope.envelope_id for e in mail.entries] == [ask, answer] and mail.next is None
+            words = await agent_mail(view, "alice", everyone, HistoryQuery(words=("deploy",)), 10)
+            assert [e.envelope.envelope_id for e in words.entries] == [ask]
+            carol = await agent_mail(view, "carol", everyone, HistoryQuery(words=("deploy",)), 10)
+            assert [e.envelope.envelope_id for e in carol.entries] == [aside]
+            with_bob = await agent_mail(view, "alice", ["bob"], HistoryQuery(sender="bob"), 10)
+            assert [e.envelope.envelope_id for e in with_bob.entries] == [ask, answer]
+            first = await agent_mail(view, "alice", everyone, HistoryQuery(), 1)
+            assert [e.envelope.envelope_id for e in first.entries] == [ask] and first.next is not None
+            rest = await agent_mail(view, "alice", everyone, HistoryQuery(), 1, first.next)
+            assert [e.envelope.envelope_id for e in rest.entries] == [answer]
+            with pytest.raises(ValueError, match="cursor"):
+                await agent_mail(view, "alice", everyone, HistoryQuery(), 1, "1-0")
