@@ -7,6 +7,7 @@ runs on one event loop, so each operation is atomic between awaits.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -197,7 +198,7 @@ class MemoryState:
 
     history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS
     """0 = keep no history."""
-    history: dict[str, list[Archived]] = field(default_factory=dict)
+    history: dict[str, deque[Archived]] = field(default_factory=dict)
     """Per agent, what left its inbox (acknowledged, dead-lettered, expired), oldest first."""
 
     def archive(
@@ -208,11 +209,14 @@ class MemoryState:
         if self.history_retention_ms <= 0:
             return
         now = self.clock()
-        kept = [a for a in self.history.get(agent, []) if a.archived_at_ms >= now - self.history_retention_ms]
-        seq = sum(1 for a in kept if a.archived_at_ms == now)
+        kept = self.history.setdefault(agent, deque())
+        while kept and kept[0].archived_at_ms < now - self.history_retention_ms:
+            kept.popleft()
+        seq = 0
+        if kept and kept[-1].archived_at_ms == now:
+            seq = int(kept[-1].cursor.partition("-")[2]) + 1
         envelope = replace(entry.stored(agent), deliveries=attempts)
         kept.append(Archived(envelope, outcome, reason, now, f"{now}-{seq}"))
-        self.history[agent] = kept
 
     def bury(self, agent: str, entry: MemoryEntry, attempts: int, reason: str) -> None:
         """Move ``entry`` (already taken out of ``agent``'s inbox) to its dead letters, and record the
