@@ -39,7 +39,7 @@ from adapters.redis.inbox import DAY_MS, retained_until  # noqa: E402
 from adapters.redis.keys import GROUP, Keys  # noqa: E402
 from adapters.redis.local_cluster import LocalCluster  # noqa: E402
 from adapters.redis.protocol import SendAppended, SendChecked, send_call, with_tier  # noqa: E402
-from adapters.redis.protocol_inbox import Fetch, ack_call, fetch_call  # noqa: E402
+from adapters.redis.protocol_inbox import Fetch, HistoryRule, ack_call, fetch_call  # noqa: E402
 from adapters.redis.protocol_operator import register_call  # noqa: E402
 from adapters.redis.scripts import Script, Scripts  # noqa: E402
 from adapters.redis.server import EmbeddedRedis  # noqa: E402
@@ -141,7 +141,7 @@ async def scripted(
             append = with_tier(send.append, checked.tier, checked.provider)
             appended = SendAppended.read(await run(scripts.send_append, append.keys, append.args))
             outcomes = keys.outcomes(to, day)
-            keep = settings.history_retention_ms
+            keep = HistoryRule.of(settings)
             fetch = fetch_call(
                 keys, to, "s", 1, now=now, max_deliveries=0, outcomes=outcomes, until=until, keep=keep
             )

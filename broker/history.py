@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
+from broker.envelope import format_ms
+from broker.ids import decode_envelope_id
 from broker.limits import HISTORY_SCAN
 from broker.ports import Archived, HistoryPage, HistoryQuery, IOperatorView
 
@@ -36,6 +38,27 @@ def matches(entry: Archived, query: HistoryQuery) -> bool:
         present = set(words(envelope.fields.get("text", "")))
         return all(w.casefold() in present for w in query.words)
     return True
+
+
+def entry_bytes(entry: Archived) -> int:
+    """What ``entry`` counts against a history's byte cap: the UTF-8 bytes of the names and values
+    of the fields it is stored with (``entry_archive`` in ``lua/_entry.lua`` sums the same)."""
+    envelope = entry.envelope
+    ms, seq, nonce = decode_envelope_id(envelope.envelope_id)
+    fields: dict[str, str] = {
+        "from": envelope.sender,
+        "tier": envelope.tier.label,
+        "sent_at": format_ms(envelope.sent_at_ms),
+        **({"expires_at": str(envelope.expires_at_ms)} if envelope.expires_at_ms is not None else {}),
+        **envelope.fields,
+        **({"requeued_from": " ".join(envelope.requeued_from)} if envelope.requeued_from else {}),
+        "nonce": nonce,
+        "entry_id": f"{ms}-{seq}",
+        "attempts": str(envelope.deliveries),
+        "outcome": entry.outcome,
+        **({"reason": entry.reason} if entry.reason is not None else {}),
+    }
+    return sum(len(k.encode()) + len(v.encode("utf-8", "surrogatepass")) for k, v in fields.items())
 
 
 class Walk:

@@ -115,6 +115,7 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             idempotency_window_ms=settings.idempotency_window_ms,
             status_retention_ms=settings.status_retention_ms,
             history_retention_ms=settings.history_retention_ms,
+            history_max_bytes=settings.history_max_bytes,
         )
     )
     notices = RedisNoticeStore(connection)

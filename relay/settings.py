@@ -228,6 +228,13 @@ class ServeSettings(StoreSettings):
         description="seconds an acknowledged, dead-lettered or expired envelope stays in its recipient's "
         "history (relay history, threads); 0 = keep no history",
     )
+    history_max_bytes: int = Field(
+        0,
+        ge=0,
+        le=1 << 40,
+        description="bytes of fields one agent's history keeps at most, its oldest entries going first "
+        "(the newest always stays); 0 = no cap",
+    )
 
     @property
     def max_ttl_ms(self) -> int:

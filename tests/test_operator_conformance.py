@@ -41,9 +41,12 @@ class TestMemoryOperatorView(OperatorViewConformance[AgentMessage]):
 
     @contextlib.asynccontextmanager
     async def make_history_view(
-        self, retention_ms: int = DEFAULT_HISTORY_RETENTION_MS, clock: Callable[[], int] = now_ms
+        self,
+        retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
+        clock: Callable[[], int] = now_ms,
+        max_bytes: int = 0,
     ) -> AsyncIterator[tuple[Relay[AgentMessage], IOperatorView, IDeliveryQueue]]:
-        state = MemoryState(history_retention_ms=retention_ms, clock=clock)
+        state = MemoryState(history_retention_ms=retention_ms, clock=clock, history_max_bytes=max_bytes)
         async with Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state)) as relay:
             yield relay, MemoryOperatorView(state), MemoryDeliveryQueue(state)
 
@@ -80,9 +83,17 @@ class TestRedisOperatorView(TestMemoryOperatorView):
 
     @contextlib.asynccontextmanager
     async def make_history_view(
-        self, retention_ms: int = DEFAULT_HISTORY_RETENTION_MS, clock: Callable[[], int] = now_ms
+        self,
+        retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
+        clock: Callable[[], int] = now_ms,
+        max_bytes: int = 0,
     ) -> AsyncIterator[tuple[Relay[AgentMessage], IOperatorView, IDeliveryQueue]]:
-        settings = RedisSettings(url=self.url, prefix=unique_prefix(), history_retention_ms=retention_ms)
+        settings = RedisSettings(
+            url=self.url,
+            prefix=unique_prefix(),
+            history_retention_ms=retention_ms,
+            history_max_bytes=max_bytes,
+        )
         connection = RedisConnection(settings)
         relay = Relay(
             AgentMessageContract(), RedisInboxStore(connection, clock=clock), RedisRegistry(connection)

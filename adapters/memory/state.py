@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from broker.delivery import DeadLetter
 from broker.envelope import Tier, now_ms
 from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
+from broker.history import entry_bytes
 from broker.ids import encode_envelope_id
 from broker.limits import (
     DEFAULT_HISTORY_RETENTION_MS,
@@ -198,8 +199,12 @@ class MemoryState:
 
     history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS
     """0 = keep no history."""
+    history_max_bytes: int = 0
+    """Field bytes one agent's history keeps at most (``broker.history.entry_bytes``); 0 = no cap."""
     history: dict[str, deque[Archived]] = field(default_factory=dict)
     """Per agent, what left its inbox (acknowledged, dead-lettered, expired), oldest first."""
+    history_bytes: dict[str, int] = field(default_factory=dict)
+    """Per agent, the ``entry_bytes`` of its history together (for ``history_max_bytes``)."""
 
     def archive(
         self, agent: str, entry: MemoryEntry, attempts: int, outcome: str, reason: str | None
@@ -210,13 +215,18 @@ class MemoryState:
             return
         now = self.clock()
         kept = self.history.setdefault(agent, deque())
+        total = self.history_bytes.get(agent, 0)
         while kept and kept[0].archived_at_ms < now - self.history_retention_ms:
-            kept.popleft()
+            total -= entry_bytes(kept.popleft())
         seq = 0
         if kept and kept[-1].archived_at_ms == now:
             seq = int(kept[-1].cursor.partition("-")[2]) + 1
         envelope = replace(entry.stored(agent), deliveries=attempts)
         kept.append(Archived(envelope, outcome, reason, now, f"{now}-{seq}"))
+        total += entry_bytes(kept[-1])
+        while self.history_max_bytes > 0 and len(kept) > 1 and total > self.history_max_bytes:
+            total -= entry_bytes(kept.popleft())
+        self.history_bytes[agent] = total
 
     def bury(self, agent: str, entry: MemoryEntry, attempts: int, reason: str) -> None:
         """Move ``entry`` (already taken out of ``agent``'s inbox) to its dead letters, and record the

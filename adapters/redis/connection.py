@@ -68,6 +68,8 @@ class RedisSettings:
     """How long what a sender sent is kept for its status; 0 = keep no status."""
     history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS
     """How long what left an inbox stays in its agent's history; 0 = keep no history."""
+    history_max_bytes: int = 0
+    """Bytes of fields one agent's history keeps at most (its oldest go first); 0 = no cap."""
     max_waits_per_agent: int = 16
     """Long-polls one agent may have parked on this worker at once."""
     max_waits: int = 10_000

@@ -40,6 +40,7 @@ from adapters.redis.protocol import (
 from adapters.redis.protocol_inbox import (
     Dropped,
     Fetch,
+    HistoryRule,
     Outcome,
     ack_call,
     fetch_call,
@@ -196,7 +197,7 @@ class RedisInboxStore:
             max_deliveries=connection.settings.max_deliveries,
             outcomes=outcomes,
             until=until,
-            keep=connection.settings.history_retention_ms,
+            keep=HistoryRule.of(connection.settings),
         )
         try:
             reply = Fetch.read(
@@ -217,7 +218,7 @@ class RedisInboxStore:
             outcomes=outcomes,
             until=until,
             limit=limit,
-            keep=connection.settings.history_retention_ms,
+            keep=HistoryRule.of(connection.settings),
         )
         try:
             dropped = await connection.script(connection.scripts.sweep, call.keys, call.args, idempotent=True)
@@ -290,7 +291,7 @@ class RedisInboxStore:
             entries,
             outcomes=outcomes,
             until=until,
-            keep=connection.settings.history_retention_ms,
+            keep=HistoryRule.of(connection.settings),
         )
         try:
             replies = read_acked(

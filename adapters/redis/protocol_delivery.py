@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from adapters.redis.keys import GROUP, Keys
 from adapters.redis.protocol import Arg, Call
+from adapters.redis.protocol_inbox import HistoryRule
 from broker.envelope import format_ms
 
 
@@ -40,9 +41,9 @@ def dead_letter_call(
     now: int,
     outcomes: str,
     until: int,
-    keep: int,
+    keep: HistoryRule,
 ) -> Call:
-    """``keep``: the history retention (ms; 0 = keep no history)."""
+    """``keep``: what the history keeps (``protocol_inbox.HistoryRule``)."""
     stream_id, nonce = entry
     return Call(
         [
@@ -52,7 +53,17 @@ def dead_letter_call(
             keys.history(agent),
             keys.history_positions(agent),
         ],
-        [GROUP, stream_id, nonce, consumer or "", reason, format_ms(now), until, keep],
+        [
+            GROUP,
+            stream_id,
+            nonce,
+            consumer or "",
+            reason,
+            format_ms(now),
+            until,
+            keep.retention_ms,
+            keep.max_bytes,
+        ],
     )
 
 

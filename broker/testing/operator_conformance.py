@@ -27,7 +27,7 @@ import pytest
 from broker.addresses import Address
 from broker.delivery import IDeliveryQueue
 from broker.envelope import Tier, now_ms
-from broker.history import agent_mail
+from broker.history import agent_mail, entry_bytes
 from broker.limits import DEFAULT_HISTORY_RETENTION_MS
 from broker.ports import HistoryQuery, IOperatorView
 from broker.relay import Relay
@@ -49,9 +49,13 @@ class OperatorViewConformance(ABC, Generic[Body]):
         pytest.skip(f"{type(self).__name__} wires no delivery queue (make_view_and_queue)")
 
     def make_history_view(
-        self, retention_ms: int = DEFAULT_HISTORY_RETENTION_MS, clock: Callable[[], int] = now_ms
+        self,
+        retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
+        clock: Callable[[], int] = now_ms,
+        max_bytes: int = 0,
     ) -> AbstractAsyncContextManager[tuple[Relay[Body], IOperatorView, IDeliveryQueue]]:
-        """As ``make_view_and_queue``, the stores keeping ``retention_ms`` of history, expiry by ``clock``."""
+        """As ``make_view_and_queue``, the stores keeping ``retention_ms`` of history (at most
+        ``max_bytes`` per agent; 0 = no cap), expiry by ``clock``."""
         pytest.skip(f"{type(self).__name__} wires no history settings (make_history_view)")
 
     @abstractmethod
@@ -329,3 +333,21 @@ class OperatorViewConformance(ABC, Generic[Body]):
             assert [e.envelope.envelope_id for e in rest.entries] == order[1:]
             with pytest.raises(ValueError, match="cursor"):
                 await agent_mail(view, "alice", everyone, HistoryQuery(), 1, "1-0")
+
+    async def test_history_keeps_at_most_its_byte_cap_newest_first(self) -> None:
+        cap = 2000
+        async with self.make_history_view(max_bytes=cap) as (relay, view, _):
+            await self._agents(relay, "alice", "bob")
+            sent = []
+            for n in range(8):
+                sent.append((await relay.send("alice", "bob", self.words(n, f"{n} " + "x" * 500))).id)
+                await relay.fetch("bob", 1)
+                await relay.ack("bob", [sent[-1]])
+            kept = (await view.history("bob")).entries
+            ids = [a.envelope.envelope_id for a in kept]
+            assert ids == sent[-len(ids) :] and 2 <= len(ids) < 8  # the newest, oldest gone first
+            assert sum(entry_bytes(a) for a in kept) <= cap < sum(entry_bytes(a) for a in kept) + 600
+            big = (await relay.send("alice", "bob", self.words(9, "y" * 3000))).id
+            await relay.fetch("bob", 1)
+            await relay.ack("bob", [big])
+            assert [a.envelope.envelope_id for a in (await view.history("bob")).entries] == [big]

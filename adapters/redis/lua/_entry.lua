@@ -88,8 +88,31 @@ end
 -- time it left (Redis TIME), noted in the positions hash `at` (inbox entry id -> history id, for
 -- thread reads). History has no consumer group and no pending list, so trimming by time (MINID:
 -- everything that left more than keep_ms ago) loses nothing unacknowledged; at most 64 old entries go
--- per call, their positions with them. keep_ms '0' keeps nothing (and writes nothing).
-local function entry_archive(history, at, keep_ms, e, attempts, outcome, reason)
+-- per call, their positions with them. keep_ms '0' keeps nothing (and writes nothing). With max_bytes
+-- (not '0') the history's field bytes (names and values, summed in the positions hash's '=bytes'
+-- field) are kept at most that: the oldest entries go, at most 64 per call, never the one just added.
+local function history_bytes(fields)
+  local n = 0
+  for j = 1, #fields do
+    n = n + #tostring(fields[j])
+  end
+  return n
+end
+local function history_drop(history, at, old, upto)
+  local gone, bytes = {}, 0
+  for _, o in ipairs(old) do
+    gone[#gone + 1] = entry_field(o[2], 'entry_id') or ''
+    bytes = bytes + history_bytes(o[2])
+  end
+  redis.call('HDEL', at, unpack(gone))
+  redis.call('HINCRBY', at, '=bytes', -bytes)
+  redis.call('XTRIM', history, 'MINID', upto)
+end
+local function history_after(id)
+  local dash = string.find(id, '-', 1, true)
+  return string.sub(id, 1, dash) .. string.format('%.0f', tonumber(string.sub(id, dash + 1)) + 1)
+end
+local function entry_archive(history, at, keep_ms, max_bytes, e, attempts, outcome, reason)
   if keep_ms == '0' then
     return
   end
@@ -111,24 +134,31 @@ local function entry_archive(history, at, keep_ms, e, attempts, outcome, reason)
   local oldest = string.format('%.0f', math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(keep_ms)))
   local old = redis.call('XRANGE', history, '-', '(' .. oldest, 'COUNT', 64)
   if #old > 0 then
-    local gone = {}
-    for _, o in ipairs(old) do
-      gone[#gone + 1] = entry_field(o[2], 'entry_id') or ''
-    end
-    redis.call('HDEL', at, unpack(gone))
-    local last = old[#old][1]
-    local dash = string.find(last, '-', 1, true)
-    local after = string.sub(last, 1, dash) .. string.format('%.0f', tonumber(string.sub(last, dash + 1)) + 1)
-    redis.call('XTRIM', history, 'MINID', #old < 64 and oldest or after)
+    history_drop(history, at, old, #old < 64 and oldest or history_after(old[#old][1]))
   end
   local hid = redis.call('XADD', history, '*', unpack(kept))
   redis.call('HSET', at, e[1], hid)
+  local total = redis.call('HINCRBY', at, '=bytes', history_bytes(kept))
+  local cap = tonumber(max_bytes)
+  if cap > 0 and total > cap then
+    local over, taken = total - cap, {}
+    for _, o in ipairs(redis.call('XRANGE', history, '-', '(' .. hid, 'COUNT', 64)) do
+      if over <= 0 then
+        break
+      end
+      taken[#taken + 1] = o
+      over = over - history_bytes(o[2])
+    end
+    if #taken > 0 then
+      history_drop(history, at, taken, history_after(taken[#taken][1]))
+    end
+  end
 end
 -- move entry {id, fields} of `inbox` to the dead-letter stream `dead` (envelope_id, the readable
 -- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, record the outcome for the
 -- sender's status (entry_outcome: 'expired' when that is the reason, else 'dead <reason>') and keep it
 -- in the history (entry_archive)
-local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms)
+local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms, max_bytes)
   local fields, nonce = e[2], ''
   local letter = {'envelope_id', ''}
   for j = 1, #fields - 1, 2 do
@@ -152,9 +182,9 @@ local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outc
   local how = 'expired'
   if reason ~= 'expired' then
     how = 'dead ' .. string.sub(reason, 1, 120)
-    entry_archive(history, at, keep_ms, e, attempts, 'dead_lettered', reason)
+    entry_archive(history, at, keep_ms, max_bytes, e, attempts, 'dead_lettered', reason)
   else
-    entry_archive(history, at, keep_ms, e, attempts, 'expired', nil)
+    entry_archive(history, at, keep_ms, max_bytes, e, attempts, 'expired', nil)
   end
   entry_outcome(outcomes, until_ms, nonce, e[1] .. ' ' .. attempts .. ' ' .. how)
 end

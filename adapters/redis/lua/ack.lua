@@ -9,7 +9,8 @@ local session = ARGV[1] -- "" = do not check
 local group = ARGV[2] -- consumer group
 local until_ms = ARGV[3] -- when outcome records expire (ms since the epoch; 0 = no records)
 local keep_ms = ARGV[4] -- history retention (ms; 0 = keep no history)
-local first_pair = 5 -- ARGV[5..]: stream entry id, nonce pairs (decoded from envelope ids)
+local max_bytes = ARGV[5] -- the history's field bytes at most (0 = no cap)
+local first_pair = 6 -- ARGV[6..]: stream entry id, nonce pairs (decoded from envelope ids)
 -- An entry is acknowledged only if it exists, its nonce matches and it was delivered (XACK says 1);
 -- it is then deleted (XDEL), so acknowledged envelopes never accumulate, and its outcome is recorded
 -- with its delivery count ('acked', _entry.lua) for its sender's status, and the envelope is kept in
@@ -33,7 +34,7 @@ for i = first_pair, #ARGV, 2 do
     local count = row and row[4]
     if count and redis.call('XACK', inbox, group, id) == 1 then
       redis.call('XDEL', inbox, id)
-      entry_archive(history, at, keep_ms, {id, fields}, count, 'acknowledged', nil)
+      entry_archive(history, at, keep_ms, max_bytes, {id, fields}, count, 'acknowledged', nil)
       records[#records + 1] = nonce
       records[#records + 1] = id .. ' ' .. count .. ' acked'
       result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}

@@ -13,6 +13,7 @@ local reason = ARGV[5]
 local dead_at = ARGV[6] -- ISO-8601 UTC, as dead letters store it
 local until_ms = ARGV[7] -- when the outcome record expires (ms since the epoch; 0 = no record)
 local keep_ms = ARGV[8] -- history retention (ms; 0 = keep no history)
+local max_bytes = ARGV[9] -- the history's field bytes at most (0 = no cap)
 -- The entry must exist, carry the nonce and be pending (delivered, not acknowledged). The dead letter
 -- keeps every readable field except the nonce (the envelope id has it) and adds envelope_id, attempts
 -- (the delivery count), reason and dead_at; then the entry is XACKed and XDELed. One script, so the
@@ -26,5 +27,5 @@ local row = redis.call('XPENDING', inbox, group, id, id, 1)[1]
 if not row or (holder ~= '' and row[2] ~= holder) then
   return 0
 end
-entry_dead(inbox, dead, group, found, row[4], reason, dead_at, outcomes, until_ms, history, at, keep_ms)
+entry_dead(inbox, dead, group, found, row[4], reason, dead_at, outcomes, until_ms, history, at, keep_ms, max_bytes)
 return row[4]

@@ -16,6 +16,7 @@ local max_deliveries = tonumber(ARGV[6]) -- 0 = no limit
 local dead_at = ARGV[7] -- ISO-8601, as dead letters store it
 local until_ms = ARGV[8] -- when outcome records expire (ms since the epoch; 0 = no records)
 local keep_ms = ARGV[9] -- history retention (ms; 0 = keep no history)
+local max_bytes = ARGV[10] -- the history's field bytes at most (0 = no cap)
 -- An entry whose expires_at has passed is never handed out: it moves to the dead letters with reason
 -- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
 -- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash
@@ -46,7 +47,7 @@ local function read(from, n)
 end
 local out, dropped = {}, {}
 local function drop(e, attempts, reason)
-  entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms)
+  entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms, max_bytes)
   redis.call('HINCRBY', counts_key, reason, 1)
   dropped[#dropped + 1] = entry_field(e[2], 'tier') or 'network'
   dropped[#dropped + 1] = reason
