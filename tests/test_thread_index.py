@@ -5,6 +5,7 @@ threads indexed by ``relay migrate``."""
 from __future__ import annotations
 
 import contextlib
+import tracemalloc
 from collections.abc import AsyncIterator
 
 import pytest
@@ -104,3 +105,28 @@ async def test_relay_migrate_indexes_the_replies_of_a_store_without_the_index(ur
         assert (await migrate(view.connection)).replies_indexed == 1
         assert (await migrate(view.connection)).replies_indexed == 0  # idempotent
         assert [e.envelope_id for e in await view.thread(ask)] == [ask, reply]
+
+
+async def test_a_thread_read_loads_only_its_thread_not_the_stores_texts(url: str) -> None:
+    """The +26 MB case of issue 26: a thread of 6 among 200 envelopes of 60 KB, in inboxes and
+    histories; the worker's allocations while reading the thread stay far below one tenth of them."""
+    async with relay_and_view(url) as (relay, view):
+        big = "x" * 60_000
+        for n in range(200):
+            await relay.send("carol", "dave" if n % 2 else "bob", note(f"{n} {big}"))
+        for agent in ("dave",):
+            got = await relay.fetch(agent, 200)
+            await relay.ack(agent, [e.id for e in got])
+        last = ask = (await relay.send("alice", "bob", note("small question"))).id
+        for hop in range(5):
+            frm, to = ("bob", "alice") if hop % 2 == 0 else ("alice", "bob")
+            last = (await relay.send(frm, to, answer(f"small answer {hop}", last))).id
+        await view.thread(ask)  # scripts loaded, connections open: what follows is the read alone
+        tracemalloc.start()
+        try:
+            shown = await view.thread(last)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert len(shown) == 6 and shown[0].envelope_id == ask
+        assert peak < 1_200_000, peak  # 200 x 60 KB = 12 MB stored
