@@ -7,7 +7,9 @@ One sender sends N envelopes (a 300-byte text, then a 28-byte one) to one recipi
 by the acknowledge script. ``MEMORY USAGE key SAMPLES 0`` (every stream node counted) of the history
 stream, divided by N, is the history's bytes per archived envelope. Then a thread of 6 among N
 archived envelopes across 20 agents' histories is read through ``RedisOperatorView.thread`` (p50 and
-p99 of 20 reads): the index walk (``adapters/redis/threads.py``), whose cost follows the thread.
+p99 of 50 reads): the index walk (``adapters/redis/threads.py``), whose cost follows the thread.
+Last, envelopes per second through send, fetch and acknowledge with history on and off (median of
+three alternated rounds of up to 20,000 each): what archiving costs the core.
 
 The last line starts with ``history-bytes``.
 """
@@ -96,6 +98,24 @@ async def thread_read(url: str, n: int) -> tuple[float, float]:
     return statistics.median(times), times[int(len(times) * 0.99) - 1]
 
 
+async def cycle_rate(url: str, prefix: str, n: int, retention_ms: int) -> float:
+    """Envelopes per second through send, fetch and acknowledge (64 at a time) with the given history
+    retention: the core's cost of archiving, history on next to off."""
+    settings = RedisSettings(url=url, prefix=prefix, history_retention_ms=retention_ms)
+    connection = RedisConnection(settings)
+    relay = Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection))
+    body = AgentMessage(kind=Kind.KIND_NOTE, text="x" * 300)
+    async with relay:
+        for agent in ("boss", "worker"):
+            await relay.register(agent, ADDRESS, f"{agent}-1")
+        began = time.perf_counter()
+        for start in range(0, n, 64):
+            await asyncio.gather(*(relay.send("boss", "worker", body) for _ in range(min(64, n - start))))
+            got = await relay.fetch("worker", 64)
+            await relay.ack("worker", [e.id for e in got])
+        return n / (time.perf_counter() - began)
+
+
 async def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
     server = EmbeddedRedis()
@@ -104,11 +124,17 @@ async def main() -> int:
         long, at = await archived_bytes(server.url, "hb", n, "x" * 300)
         short, _ = await archived_bytes(server.url, "hs", n, "please run the nightly build")
         p50, p99 = await thread_read(server.url, n)
+        rates = {"on": [], "off": []}  # alternated, three rounds each: the machine is shared
+        for round_ in range(3):
+            for label, keep in (("on", 30 * 24 * 3600 * 1000), ("off", 0)):
+                rates[label].append(await cycle_rate(server.url, f"hc{label}{round_}", min(n, 20_000), keep))
+        on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
     finally:
         server.stop()
     print(
         f"history-bytes n={n} text300={long:.1f} B/envelope text28={short:.1f} B/envelope "
-        f"positions={at:.1f} B/envelope thread6_of_{n}_p50={p50:.2f}ms p99={p99:.2f}ms (index walk)"
+        f"positions={at:.1f} B/envelope thread6_of_{n}_p50={p50:.2f}ms p99={p99:.2f}ms (index walk) "
+        f"cycle_rate_history_on={on:.0f}/s off={off:.0f}/s ratio={on / off:.3f}"
     )
     return 0
 
