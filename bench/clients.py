@@ -39,7 +39,7 @@ from adapters.redis.embedded import EmbeddedRedis  # noqa: E402
 from adapters.redis.inbox import DAY_MS, retained_until  # noqa: E402
 from adapters.redis.keys import GROUP, Keys  # noqa: E402
 from adapters.redis.protocol import SendAppended, SendChecked, send_call, with_tier  # noqa: E402
-from adapters.redis.protocol_inbox import Fetch, ack_call, fetch_call  # noqa: E402
+from adapters.redis.protocol_inbox import Fetch, HistoryRule, ack_call, fetch_call  # noqa: E402
 from adapters.redis.protocol_operator import register_call  # noqa: E402
 from adapters.redis.scripts import Script, Scripts  # noqa: E402
 from broker.addresses import ClaudeCodeAddress  # noqa: E402
@@ -141,10 +141,13 @@ async def scripted(
             append = with_tier(send.append, checked.tier, checked.provider)
             appended = SendAppended.read(await run(scripts.send_append, append.keys, append.args))
             outcomes = keys.outcomes(to, day)
-            fetch = fetch_call(keys, to, "s", 1, now=now, max_deliveries=0, outcomes=outcomes, until=until)
+            keep = HistoryRule.of(settings)
+            fetch = fetch_call(
+                keys, to, "s", 1, now=now, max_deliveries=0, outcomes=outcomes, until=until, keep=keep
+            )
             Fetch.read(await run(scripts.fetch, fetch.keys, fetch.args))
             entry = (appended.stream_id, appended.nonce)
-            ack = ack_call(keys, to, "s", [entry], outcomes=outcomes, until=until)
+            ack = ack_call(keys, to, "s", [entry], outcomes=outcomes, until=until, keep=keep)
             await run(scripts.ack, ack.keys, ack.args)
             n += 1
         return n

@@ -36,6 +36,14 @@ DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
 """How long a sender's idempotency key is remembered."""
 DEFAULT_STATUS_RETENTION_MS = 7 * 24 * 3600 * 1000
 """How long a sender can learn what became of an envelope."""
+DEFAULT_HISTORY_RETENTION_MS = 30 * 24 * 3600 * 1000
+"""How long an envelope that left its inbox (acknowledged, dead-lettered, expired) stays in its
+recipient's history (``IOperatorView.history``); 0 keeps none."""
+MAX_HISTORY_RETENTION_MS = 3650 * 24 * 3600 * 1000
+"""The longest history retention a relay takes (ten years)."""
+HISTORY_SCAN = 1000
+"""History entries one ``IOperatorView.history`` call reads at most beyond the page it returns: a
+query matching little answers a short page and a cursor instead of reading a whole history."""
 MAX_STATUS_IDS = 256
 """Envelope ids one status request takes at most."""
 REQUEUE_LINEAGE = 8

@@ -216,7 +216,11 @@ class IInboxStore(Protocol):
       from any process sharing the backend, until ``ack``.
     - ``ack`` removes envelopes for good; acknowledging twice or an unknown id is harmless and reported
       as unknown. An agent can only acknowledge envelopes of its own inbox.
-    - Acknowledged envelopes are deleted at once; nothing acknowledged is kept.
+    - Acknowledged envelopes leave the inbox at once. With a history retention (the default:
+      ``DEFAULT_HISTORY_RETENTION_MS``) the envelope is kept, read-only, in its recipient's history
+      (``IOperatorView.history``), written atomically with the acknowledgement; so is every envelope
+      moved to the dead letters (reason kept) or expired. Each write to a history trims it by time:
+      what left the inbox longer than the retention ago is gone; a retention of 0 keeps nothing.
     - Idempotency: a send with an idempotency key that the same sender used within the dedup window
       returns the first send's result (same id, tier and sent_at, ``repeated``) and stores nothing,
       also when the first attempt's caller never saw its answer; the same key with another request
@@ -345,6 +349,54 @@ class AgentOverview:
     """The agent's last registration, fetch or acknowledgement; None when not known."""
 
 
+HISTORY_OUTCOMES: Final = ("acknowledged", "dead_lettered", "expired")
+"""How an envelope in an agent's history left its inbox."""
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    """One envelope of an agent's history: the envelope as it was (``deliveries`` = hand-outs before
+    it left), how and when it left the inbox."""
+
+    envelope: StoredEnvelope
+    outcome: str
+    """One of ``HISTORY_OUTCOMES``."""
+    reason: str | None
+    """Why it was dead-lettered (``max_deliveries``, a receive loop's reason); None otherwise."""
+    archived_at_ms: int
+    """When it left the inbox (the store's clock): the history is ordered and trimmed by it."""
+    cursor: str
+    """Its position in the history: ``history(after=cursor)`` continues after it."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """What ``IOperatorView.history`` returns of an agent's history: entries archived in
+    [``since_ms``, ``until_ms``] (None: unbounded), sent by ``sender``, of ``kind``, whose text holds
+    every one of ``words`` (``broker.history.matches``)."""
+
+    since_ms: int | None = None
+    until_ms: int | None = None
+    sender: str | None = None
+    kind: str | None = None
+    words: tuple[str, ...] = ()
+
+
+EVERYTHING: Final = HistoryQuery()
+"""The query matching every entry of a history."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    """Matching entries, oldest first, and where to go on: ``next`` is the cursor to pass as ``after``
+    for the rest (None: the range was read to its end)."""
+
+    entries: list[Archived]
+    next: str | None
+    read: int
+    """History entries read to answer (the cost: at most the page asked for plus ``HISTORY_SCAN``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AgentsPage:
     """``IOperatorView.agents``: up to ``limit`` agents by id, and how many are registered in all."""
@@ -368,9 +420,16 @@ class IOperatorView(Protocol):
       ``after`` (exclusive) when given. An unknown agent has none.
     - ``thread``: the envelopes linked to ``envelope_id`` through ``in_reply_to`` (its ancestors, the
       envelope itself and every reply below them, transitively), ordered by time accepted, among the
-      envelopes still stored (acknowledged ones are deleted); empty when ``envelope_id`` is not stored
-      and no stored envelope answers it. A requeued dead letter is named by its old ids too
-      (``StoredEnvelope.requeued_from``): a reply to one of them answers it.
+      envelopes of every inbox and every history (an acknowledged envelope stays in its thread for
+      the history retention); empty when ``envelope_id`` is not stored and no stored envelope answers
+      it. A requeued dead letter is named by its old ids too (``StoredEnvelope.requeued_from``): a
+      reply to one of them answers it, and its archived earlier self is not shown twice.
+    - ``history``: what left ``agent``'s inbox (acknowledged, dead-lettered, expired; see
+      ``IInboxStore``), oldest first, matching ``query``, at most ``limit``, after the cursor
+      ``after``. It reads at most ``limit`` + ``HISTORY_SCAN`` entries, in the time range only; when
+      that bound or ``limit`` stops it, ``HistoryPage.next`` says where to go on. Only ``agent``'s
+      own history is read: nothing of another agent's is returned or counted. An unknown agent has
+      none.
     - ``follow``: envelopes accepted after the call starts (for ``agent`` only when given), in the
       order each inbox got them, until the iterator is closed.
     Raises ``BackendUnavailable`` when the store cannot be read.
@@ -391,6 +450,10 @@ class IOperatorView(Protocol):
     ) -> list[StoredEnvelope]: ...
 
     async def thread(self, envelope_id: str, limit: int = 1000) -> list[StoredEnvelope]: ...
+
+    async def history(
+        self, agent: str, query: HistoryQuery = EVERYTHING, limit: int = 100, after: str | None = None
+    ) -> HistoryPage: ...
 
     def follow(self, agent: str | None = None) -> AsyncIterator[StoredEnvelope]: ...
 

@@ -37,7 +37,7 @@ from broker.limits import (
     MAX_TTL_MS,
     MIN_TTL_MS,
 )
-from broker.ports import STATES, MessageStatus, Registration
+from broker.ports import HISTORY_OUTCOMES, STATES, MessageStatus, Registration
 from broker.relay import Registered
 
 AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
@@ -231,6 +231,56 @@ STATUS_ARGUMENTS: Final[dict[str, Any]] = {
         }
     },
     "required": ["ids"],
+    "additionalProperties": False,
+}
+
+MAX_SEARCH_RESULTS: Final = 100
+"""Messages one ``SearchAgentMessages`` result holds at most."""
+DEFAULT_SEARCH_RESULTS: Final = 20
+MAX_SEARCH_QUERY: Final = 200
+"""Characters of a ``SearchAgentMessages`` query at most."""
+
+SEARCH_ARGUMENTS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": ["string", "null"],
+            "maxLength": MAX_SEARCH_QUERY,
+            "description": "Words the text must all hold (any case, any order); absent: every message",
+        },
+        "with": {
+            **AGENT_ID,
+            "type": ["string", "null"],
+            "description": "Only mail exchanged with this agent",
+        },
+        "since": {
+            **_TIME,
+            "type": ["string", "null"],
+            "description": "Left the inbox at or after (RFC 3339)",
+        },
+        "until": {
+            **_TIME,
+            "type": ["string", "null"],
+            "description": "Left the inbox at or before (RFC 3339)",
+        },
+        "thread": {
+            **ENVELOPE_ID,
+            "type": ["string", "null"],
+            "description": "Only the thread of this envelope (what it answers and every answer to it)",
+        },
+        "limit": {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "maximum": MAX_SEARCH_RESULTS,
+            "default": DEFAULT_SEARCH_RESULTS,
+            "description": "Messages per page",
+        },
+        "cursor": {
+            "type": ["string", "null"],
+            "maxLength": 120,
+            "description": "The `next` of the previous page",
+        },
+    },
     "additionalProperties": False,
 }
 
@@ -469,3 +519,33 @@ def _integer(schema: Mapping[str, Any]) -> bool:
     if kind == "integer" or (isinstance(kind, list) and "integer" in kind):
         return True
     return any(_integer(branch) for branch in schema.get("oneOf", ()))
+
+
+MAIL: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "messages": {
+            "type": "array",
+            "description": "Mail you sent or received that left its recipient's inbox, oldest first",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "The envelope id"},
+                    "from": {"type": "string", "description": "The sender's agent id"},
+                    "to": {"type": "string", "description": "The recipient's agent id"},
+                    "message": MESSAGE_OUT,
+                    "sent_at": _at("Accepted"),
+                    "outcome": {
+                        "type": "string",
+                        "enum": list(HISTORY_OUTCOMES),
+                        "description": "How it left the recipient's inbox",
+                    },
+                    "left_at": _at("When it left the recipient's inbox"),
+                },
+                "required": ["id", "from", "to", "message", "sent_at", "outcome", "left_at"],
+            },
+        },
+        "next": {"type": "string", "description": "Present when there is more: pass it as cursor"},
+    },
+    "required": ["messages"],
+}

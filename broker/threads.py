@@ -5,7 +5,8 @@ envelope id, follow ``in_reply_to`` up to the root (as far as the envelopes are 
 collect every envelope that answers one already collected, transitively. Ordered by the millisecond
 accepted, and within one millisecond every answer after what it answers. A requeued dead letter is
 the envelope it was: an id it had before (``StoredEnvelope.requeued_from``) names it, so a reply to the
-old id answers it and a thread asked for by the old id finds it.
+old id answers it and a thread asked for by the old id finds it; the old one kept in a history is not
+shown beside it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ IN_REPLY_TO: Final = "in_reply_to"
 
 def linked(envelope_id: str, envelopes: Iterable[StoredEnvelope], limit: int = 1000) -> list[StoredEnvelope]:
     """The thread of ``envelope_id`` among ``envelopes``: at most ``limit``, oldest first."""
-    by_id = {e.envelope_id: e for e in envelopes}
+    every = list(envelopes)
+    # a requeued dead letter's earlier self may still be in its agent's history: it is the same
+    # envelope, shown once, as what it became
+    renamed = {old for e in every for old in e.requeued_from}
+    by_id = {e.envelope_id: e for e in every if e.envelope_id not in renamed}
     now_named = {old: e.envelope_id for e in by_id.values() for old in e.requeued_from if old not in by_id}
 
     def now_of(one: str) -> str:

@@ -20,6 +20,7 @@ from relay.commands import (
     credentials,
     dashboard,
     dead_letters,
+    history,
     hook,
     inspect,
     keys,
@@ -54,6 +55,7 @@ COMMANDS = (
     read,
     tail,
     thread,
+    history,
     dashboard,
     workbench,
 )

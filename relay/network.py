@@ -16,6 +16,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection
+from adapters.redis.operator_view import RedisOperatorView
 from adapters.redis.webhooks import RedisWebhooks
 from adapters.webhooks.dispatcher import WebhookDispatcher
 from adapters.webhooks.transport import webhook_client
@@ -84,7 +85,9 @@ def network_server(
         max_body_bytes=settings.max_body_bytes,
         allowed_hosts=[],  # any Host name: the listener is reached by whatever name the network uses
         network=NetworkListener(webhooks=webhooks),
-        tool_options=ToolOptions(directory=settings.directory == "on"),
+        tool_options=ToolOptions(
+            directory=settings.directory == "on", mail=RedisOperatorView(webhooks.connection)
+        ),
         credentials=credentials,
     )
     config = uvicorn.Config(

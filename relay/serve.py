@@ -23,6 +23,7 @@ from adapters.redis.embedded import EmbeddedRedis
 from adapters.redis.embedded_state import running_server_url
 from adapters.redis.gauges import InboxGauges
 from adapters.redis.inspect import redacted
+from adapters.redis.operator_view import RedisOperatorView
 from broker.addresses import is_loopback_host
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app
@@ -114,6 +115,8 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             max_deliveries=settings.max_deliveries,
             idempotency_window_ms=settings.idempotency_window_ms,
             status_retention_ms=settings.status_retention_ms,
+            history_retention_ms=settings.history_retention_ms,
+            history_max_bytes=settings.history_max_bytes,
         )
     )
     notices = RedisNoticeStore(connection)
@@ -144,7 +147,9 @@ async def _serve(settings: ServeSettings, url: str, keyring: KeyRing | None) -> 
             max_body_bytes=settings.max_body_bytes,
             allowed_hosts=None if is_loopback_host(settings.host) and settings.uds is None else [],
             before_metrics=before_metrics,
-            tool_options=ToolOptions(directory=settings.directory == "on"),
+            tool_options=ToolOptions(
+                directory=settings.directory == "on", mail=RedisOperatorView(connection)
+            ),
             dashboard=dashboard,
             credentials=credentials,
         )

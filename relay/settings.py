@@ -21,10 +21,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from adapters.redis.embedded_state import running_server_url
 from broker.front import guards
 from broker.limits import (
+    DEFAULT_HISTORY_RETENTION_MS,
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
     DEFAULT_MAX_DELIVERIES,
     DEFAULT_REMIND_AFTER_SECONDS,
     DEFAULT_STATUS_RETENTION_MS,
+    MAX_HISTORY_RETENTION_MS,
     MAX_TTL_MS,
     MIN_TTL_MS,
 )
@@ -219,6 +221,20 @@ class ServeSettings(StoreSettings):
         le=MAX_TTL_MS // 1000,
         description="seconds a sender can ask GetMessageStatus about an envelope; 0 = keep no status",
     )
+    history_retention: int = Field(
+        DEFAULT_HISTORY_RETENTION_MS // 1000,
+        ge=0,
+        le=MAX_HISTORY_RETENTION_MS // 1000,
+        description="seconds an acknowledged, dead-lettered or expired envelope stays in its recipient's "
+        "history (relay history, threads); 0 = keep no history",
+    )
+    history_max_bytes: int = Field(
+        0,
+        ge=0,
+        le=1 << 40,
+        description="bytes of fields one agent's history keeps at most, its oldest entries going first "
+        "(the newest always stays); 0 = no cap",
+    )
 
     @property
     def max_ttl_ms(self) -> int:
@@ -231,6 +247,10 @@ class ServeSettings(StoreSettings):
     @property
     def status_retention_ms(self) -> int:
         return _ms(self.status_retention)
+
+    @property
+    def history_retention_ms(self) -> int:
+        return _ms(self.history_retention)
 
     @property
     def http_limits(self) -> guards.HttpLimits:

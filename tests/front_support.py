@@ -19,11 +19,13 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client import CollectorRegistry
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, RedisRegistry, RedisSettings
+from adapters.redis.operator_view import RedisOperatorView
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app
 from broker.front.guards import DEFAULT_MAX_BODY_BYTES
 from broker.front.tokens import KeyRing, agent_headers, generate_key
-from broker.limits import MAX_WAIT_SECONDS
+from broker.front.tools import DEFAULT_TOOLS, ToolOptions
+from broker.limits import DEFAULT_HISTORY_RETENTION_MS, MAX_WAIT_SECONDS
 from broker.relay import Relay
 from broker.testing.polling import eventually
 from tests.support import unique_prefix
@@ -42,6 +44,8 @@ class Front:
     keyring: KeyRing
     relay: Relay[AgentMessage]
     connection: RedisConnection | None = None
+    tools: ToolOptions = DEFAULT_TOOLS
+    """The tools the front serves (its ``SearchAgentMessages`` reads the same store)."""
 
     def headers(self, agent: str, session: str, ttl: int = 3600) -> dict[str, str]:
         return agent_headers(self.keyring, agent, session, ttl)
@@ -79,9 +83,13 @@ async def running_front(
     prefix: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_wait: float = MAX_WAIT_SECONDS,
+    history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS,
 ) -> AsyncIterator[Front]:
     keyring = KeyRing([secrets.token_bytes(32)])
-    connection = RedisConnection(RedisSettings(url=redis_url, prefix=prefix or unique_prefix()))
+    settings = RedisSettings(
+        url=redis_url, prefix=prefix or unique_prefix(), history_retention_ms=history_retention_ms
+    )
+    connection = RedisConnection(settings)
     relay = Relay(
         AgentMessageContract(),
         RedisInboxStore(connection),
@@ -91,10 +99,16 @@ async def running_front(
         notices=RedisNoticeStore(connection),
     )
     async with relay:
-        app = create_app(relay, keyring=keyring, max_body_bytes=max_body_bytes)
+        options = ToolOptions(mail=RedisOperatorView(connection))
+        app = create_app(relay, keyring=keyring, max_body_bytes=max_body_bytes, tool_options=options)
         async with serve_app(app) as base:
             yield Front(
-                url=f"{base}/mcp/agent", base=base, keyring=keyring, relay=relay, connection=connection
+                url=f"{base}/mcp/agent",
+                base=base,
+                keyring=keyring,
+                relay=relay,
+                connection=connection,
+                tools=options,
             )
 
 

@@ -46,6 +46,7 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("FetchAgentInbox", {"limit": 16}),
     ("AcknowledgeAgentInbox", {"ids": ["env_00000000000000000000000000"]}),
     ("ListAgents", {}),
+    ("SearchAgentMessages", {}),
 ]
 
 

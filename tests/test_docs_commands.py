@@ -34,7 +34,7 @@ def test_the_readmes_tool_list_is_numbered_in_order_and_links_the_reliability_fi
     readme = (ROOT / "README.md").read_text()
     tools = readme.split("The tools, as a model calls them:")[1].split("\nSuccessful results")[0]
     numbers = [int(n) for n in re.findall(r"^(\d+)\. ", tools, re.M)]
-    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) == 6, numbers
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) == 7, numbers
     assert "(docs/reliability.md)" in readme
 
 

@@ -38,6 +38,7 @@ async def test_the_two_agent_walkthrough(front: Front, mode: str) -> None:
             "AcknowledgeAgentInbox",
             "ListAgents",
             "GetMessageStatus",
+            "SearchAgentMessages",
         }
 
         reg = data(await alice.call_tool("RegisterAgentAddress", REGISTER))

@@ -118,7 +118,7 @@ async def test_a_wrong_content_type_gets_415_with_a_json_body(front: Front, cont
 async def test_tools_list_with_an_invalid_cursor_gets_32602(front: Front, mode: str) -> None:
     async with front.client("alice", "a-1", mode=mode) as alice:
         listed = await alice.list_tools()
-        assert listed.next_cursor is None and len(listed.tools) == 6
+        assert listed.next_cursor is None and len(listed.tools) == 7
         with pytest.raises(MCPError) as refused:
             await alice.list_tools(cursor="not-a-cursor", cache_mode="bypass")
         assert refused.value.error.code == -32602

@@ -9,6 +9,7 @@ property is described, and the registration lists the providers each front takes
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -43,7 +44,7 @@ def test_every_schema_is_a_valid_2020_12_schema_without_indirection(name: str) -
 async def test_the_listing_publishes_the_schemas_of_broker_schemas(front: Front) -> None:
     async with front.client("alice", "a-1") as alice:
         listed = {tool.name: tool for tool in (await alice.list_tools()).tools}
-    local = {tool.name: tool for tool in relay_tools(front.relay)}
+    local = {tool.name: tool for tool in relay_tools(front.relay, front.tools)}
     assert (
         set(listed)
         == set(local)
@@ -54,6 +55,7 @@ async def test_the_listing_publishes_the_schemas_of_broker_schemas(front: Front)
             "AcknowledgeAgentInbox",
             "ListAgents",
             "GetMessageStatus",
+            "SearchAgentMessages",
         }
     )
     for name, tool in local.items():
@@ -64,7 +66,9 @@ async def test_the_listing_publishes_the_schemas_of_broker_schemas(front: Front)
 async def test_real_results_validate_against_the_output_schemas(front: Front) -> None:
     seen: dict[str, list[dict[str, Any]]] = {}
 
-    inputs = {tool.name: Draft202012Validator(tool.input_schema) for tool in relay_tools(front.relay)}
+    inputs = {
+        tool.name: Draft202012Validator(tool.input_schema) for tool in relay_tools(front.relay, front.tools)
+    }
 
     async def call(client: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         assert not list(inputs[tool].iter_errors(arguments)), (tool, arguments)
@@ -99,6 +103,8 @@ async def test_real_results_validate_against_the_output_schemas(front: Front) ->
         await call(alice, "FetchAgentInbox", {})
         await call(alice, "ListAgents", {"limit": 1})
         await call(alice, "ListAgents", {"after": "alice"})
+        await call(alice, "SearchAgentMessages", {"query": "q", "limit": 1})
+        await call(alice, "SearchAgentMessages", {"with": "bob", "cursor": None, "thread": first["id"]})
     assert "superseded_session" in seen["RegisterAgentAddress"][-1]
     assert "next" in seen["ListAgents"][0] and "next" not in seen["ListAgents"][1]
     outputs = {
@@ -108,10 +114,11 @@ async def test_real_results_validate_against_the_output_schemas(front: Front) ->
         "AcknowledgeAgentInbox": schemas.ACKNOWLEDGEMENT,
         "GetMessageStatus": schemas.STATUSES,
         "ListAgents": schemas.AGENTS,
+        "SearchAgentMessages": schemas.MAIL,
     }
     assert [s["state"] for s in seen["GetMessageStatus"][0]["statuses"]] == ["queued", "queued", "unknown"]
     assert set(seen) == set(outputs)
-    published = {tool.name: tool.output_schema for tool in relay_tools(front.relay)}
+    published = {tool.name: tool.output_schema for tool in relay_tools(front.relay, front.tools)}
     for tool, results in seen.items():
         assert published[tool] == outputs[tool]  # what a client validates with is the full schema
         validator = Draft202012Validator(outputs[tool])
@@ -182,7 +189,9 @@ ACCEPTED_BY_SCHEMA: list[tuple[str, dict[str, Any]]] = [
 async def test_the_tools_refuse_what_the_input_schemas_refuse_and_accept_what_they_allow(
     front: Front,
 ) -> None:
-    inputs = {tool.name: Draft202012Validator(tool.input_schema) for tool in relay_tools(front.relay)}
+    inputs = {
+        tool.name: Draft202012Validator(tool.input_schema) for tool in relay_tools(front.relay, front.tools)
+    }
     async with front.client("alice", "a-1") as alice, front.client("bob", "b-1") as bob:
         for client in (alice, bob):
             assert not (await client.call_tool("RegisterAgentAddress", REGISTER)).is_error
@@ -223,7 +232,7 @@ def _properties(schema: Any, path: str = "") -> list[tuple[str, Any]]:
 async def test_every_property_is_described_and_every_container_lists_its_parts(
     front: Front, options: ToolOptions
 ) -> None:
-    for tool in relay_tools(front.relay, options):
+    for tool in relay_tools(front.relay, replace(options, mail=front.tools.mail)):
         for kind, schema in (("input", tool.input_schema), ("output", tool.output_schema)):
             assert schema is not None, tool.name
             for path, sub in _properties(schema):

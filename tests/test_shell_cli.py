@@ -193,7 +193,7 @@ def test_thread_follows_in_reply_to(relay: Relay) -> None:
     assert f"\n*     {answer}" in text and f"\n  {ask}" in text and f"\n          {thanks}" in text
     assert f"in reply to: {ask}" in text
     missing = relay.run("thread", "env_00000000000000000000000000")
-    assert missing.returncode == 1 and "acknowledged envelopes are deleted" in missing.stdout
+    assert missing.returncode == 1 and "in any inbox or history" in missing.stdout
     bad = relay.run("thread", "nope")
     assert bad.returncode == 2 and "not an envelope id" in bad.stderr
 

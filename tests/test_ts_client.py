@@ -76,6 +76,7 @@ async def test_typescript_sdk_client_runs_the_two_agent_walkthrough(node_sdk: Pa
             "GetMessageStatus",
             "ListAgents",
             "RegisterAgentAddress",
+            "SearchAgentMessages",
             "SendAgentMessage",
         ]
         assert bob[1]["structured"]["tier"] == "host"

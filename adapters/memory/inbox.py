@@ -216,6 +216,7 @@ class MemoryInboxStore(MemoryStore):
             if inbox is not None and entry is not None and entry.nonce == nonce and entry.deliveries > 0:
                 del inbox.entries[(ms, seq)]
                 self.state.left(agent, entry.nonce, Outcome(entry.position, entry.deliveries, "acknowledged"))
+                self.state.archive(agent, entry, entry.deliveries, "acknowledged", None)
                 acknowledged.append(envelope_id)
                 origins.append((entry.sender, entry.tier))
             else:

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 
 from adapters.memory.state import MemoryEntry, MemoryState
 from broker.envelope import now_ms
+from broker.history import check_cursor, page
 from broker.ids import decode_envelope_id
-from broker.ports import AgentOverview, AgentsPage, StoredEnvelope
+from broker.ports import EVERYTHING, AgentOverview, AgentsPage, HistoryPage, HistoryQuery, StoredEnvelope
 from broker.threads import linked
 
 
@@ -68,7 +69,22 @@ class MemoryOperatorView:
             for agent, inbox in self.state.inboxes.items()
             for entry in inbox.entries.values()
         ]
+        everything += [a.envelope for kept in self.state.history.values() for a in kept]
         return linked(envelope_id, everything, limit)
+
+    async def history(
+        self, agent: str, query: HistoryQuery = EVERYTHING, limit: int = 100, after: str | None = None
+    ) -> HistoryPage:
+        since, until = query.since_ms or 0, query.until_ms
+        position = _position(check_cursor(after)) if after is not None else (-1, -1)
+        chosen = (
+            a
+            for a in self.state.history.get(agent, [])
+            if a.archived_at_ms >= since
+            and (until is None or a.archived_at_ms <= until)
+            and _position(a.cursor) > position
+        )
+        return page(chosen, query, limit)
 
     async def follow(self, agent: str | None = None) -> AsyncIterator[StoredEnvelope]:
         queue: asyncio.Queue[tuple[str, MemoryEntry]] = asyncio.Queue()
@@ -80,3 +96,8 @@ class MemoryOperatorView:
                     yield entry.stored(to)
         finally:
             self.state.followers.discard(queue)
+
+
+def _position(cursor: str) -> tuple[int, int]:
+    ms, _, seq = cursor.partition("-")
+    return int(ms), int(seq)

@@ -7,16 +7,22 @@ runs on one event loop, so each operation is atomic between awaits.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from broker.delivery import DeadLetter
 from broker.envelope import Tier, now_ms
 from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
+from broker.history import entry_bytes
 from broker.ids import encode_envelope_id
-from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
+from broker.limits import (
+    DEFAULT_HISTORY_RETENTION_MS,
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_STATUS_RETENTION_MS,
+)
 from broker.policy import ContactPolicy
-from broker.ports import Appended, Registration, StoredEnvelope
+from broker.ports import Appended, Archived, Registration, StoredEnvelope
 
 
 @dataclass(slots=True)
@@ -191,6 +197,37 @@ class MemoryState:
         if self.status_retention_ms > 0:
             self.outcomes.setdefault(agent, {})[nonce] = outcome
 
+    history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS
+    """0 = keep no history."""
+    history_max_bytes: int = 0
+    """Field bytes one agent's history keeps at most (``broker.history.entry_bytes``); 0 = no cap."""
+    history: dict[str, deque[Archived]] = field(default_factory=dict)
+    """Per agent, what left its inbox (acknowledged, dead-lettered, expired), oldest first."""
+    history_bytes: dict[str, int] = field(default_factory=dict)
+    """Per agent, the ``entry_bytes`` of its history together (for ``history_max_bytes``)."""
+
+    def archive(
+        self, agent: str, entry: MemoryEntry, attempts: int, outcome: str, reason: str | None
+    ) -> None:
+        """Keep ``entry`` (just taken out of ``agent``'s inbox) in its history, trimming what is older
+        than the retention (as ``entry_archive`` in ``lua/_entry.lua``)."""
+        if self.history_retention_ms <= 0:
+            return
+        now = self.clock()
+        kept = self.history.setdefault(agent, deque())
+        total = self.history_bytes.get(agent, 0)
+        while kept and kept[0].archived_at_ms < now - self.history_retention_ms:
+            total -= entry_bytes(kept.popleft())
+        seq = 0
+        if kept and kept[-1].archived_at_ms == now:
+            seq = int(kept[-1].cursor.partition("-")[2]) + 1
+        envelope = replace(entry.stored(agent), deliveries=attempts)
+        kept.append(Archived(envelope, outcome, reason, now, f"{now}-{seq}"))
+        total += entry_bytes(kept[-1])
+        while self.history_max_bytes > 0 and len(kept) > 1 and total > self.history_max_bytes:
+            total -= entry_bytes(kept.popleft())
+        self.history_bytes[agent] = total
+
     def bury(self, agent: str, entry: MemoryEntry, attempts: int, reason: str) -> None:
         """Move ``entry`` (already taken out of ``agent``'s inbox) to its dead letters, and record the
         outcome for its sender's status."""
@@ -208,6 +245,7 @@ class MemoryState:
         )
         self.dead.setdefault(agent, []).append(letter)
         how = "expired" if reason == "expired" else "dead_lettered"
+        self.archive(agent, entry, attempts, how, None if how == "expired" else reason)
         self.left(agent, entry.nonce, Outcome(entry.position, attempts, how, reason[:120]))
 
     notices: dict[str, tuple[str, tuple[int, int], float]] = field(default_factory=dict)

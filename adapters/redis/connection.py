@@ -36,7 +36,11 @@ from adapters.redis.pipeline import AutoPipeline, ScriptPipeline
 from adapters.redis.routing import HEALTH_CHECK_SECONDS, ClusterRouter, SingleRouter
 from adapters.redis.scripts import Script, ScriptLoader, Scripts
 from adapters.redis.wake import Wakeups
-from broker.limits import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_STATUS_RETENTION_MS
+from broker.limits import (
+    DEFAULT_HISTORY_RETENTION_MS,
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_STATUS_RETENTION_MS,
+)
 
 T = TypeVar("T")
 
@@ -63,6 +67,10 @@ class RedisSettings:
     """How long an idempotency key is remembered."""
     status_retention_ms: int = DEFAULT_STATUS_RETENTION_MS
     """How long what a sender sent is kept for its status; 0 = keep no status."""
+    history_retention_ms: int = DEFAULT_HISTORY_RETENTION_MS
+    """How long what left an inbox stays in its agent's history; 0 = keep no history."""
+    history_max_bytes: int = 0
+    """Bytes of fields one agent's history keeps at most (its oldest go first); 0 = no cap."""
     max_waits_per_agent: int = 16
     """Long-polls one agent may have parked on this worker at once."""
     max_waits: int = 10_000

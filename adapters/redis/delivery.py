@@ -31,6 +31,7 @@ from adapters.redis.protocol_delivery import (
     requeue_call,
     retry_call,
 )
+from adapters.redis.protocol_inbox import HistoryRule
 from broker.delivery import DeadLetter
 from broker.envelope import now_ms
 from broker.ids import is_envelope_id, new_nonce
@@ -156,6 +157,7 @@ class RedisDeliveryQueue:
             now=now,
             outcomes=outcomes,
             until=until,
+            keep=HistoryRule.of(self.connection.settings),
         )
         try:
             # not retried: after a lost reply the entry is gone, and a retry would report False

@@ -5,7 +5,9 @@ the epoch, only with a ttl), the contract's body fields, ``nonce``; a requeued d
 carries ``requeued_from``. The envelope id is made of the entry id (milliseconds and sequence) and the
 nonce. Scripts that hand entries out return rows
 ``[entry id, [field, value, ...], deliveries, first (1|0)]``; ``stored`` decodes one. Dead letters
-keep the header and body and add ``envelope_id``, ``attempts``, ``reason`` and ``dead_at``.
+keep the header and body and add ``envelope_id``, ``attempts``, ``reason`` and ``dead_at``. History
+entries keep every field and add ``entry_id``, ``attempts``, ``outcome`` and (dead-lettered only)
+``reason``; their own id is when the envelope left the inbox (``archived``).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Sequence
 from broker.delivery import DEAD_LETTER_FIELDS, REQUEUED_FROM, DeadLetter
 from broker.envelope import Tier, parse_ms
 from broker.ids import decode_envelope_id, encode_envelope_id
-from broker.ports import Announced, StoredEnvelope
+from broker.ports import Announced, Archived, StoredEnvelope
 
 FROM, TIER, SENT_AT, EXPIRES_AT, NONCE = "from", "tier", "sent_at", "expires_at", "nonce"
+HISTORY_FIELDS = ("entry_id", "attempts", "outcome", "reason")
+"""What a history entry adds to the entry's own fields (``entry_archive`` in ``lua/_entry.lua``)."""
 HEADER = (FROM, TIER, SENT_AT)
 """Fields before the body; ``NONCE`` comes after it."""
 ENVELOPE_FIELDS = frozenset({*HEADER, EXPIRES_AT, NONCE})
@@ -113,3 +117,11 @@ def dead_letter(agent: str, values: object) -> DeadLetter:
         dead_at_ms=parse_ms(meta["dead_at"]),
         requeued_from=tuple(requeued_from.split()),
     )
+
+
+def archived(agent: str, history_id: str, values: object) -> Archived:
+    """One entry (id, fields) of ``agent``'s history stream."""
+    fields = fields_of(values)
+    meta = {k: fields.pop(k, "") for k in HISTORY_FIELDS}
+    envelope = stored(agent, [meta["entry_id"] or "0-0", fields, meta["attempts"] or 0, 0])
+    return Archived(envelope, meta["outcome"], meta["reason"] or None, entry_ms(history_id), history_id)

@@ -28,10 +28,19 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.entries import entry_id, envelope_id, rows, tier_of
 from adapters.redis.errors import Refused, refusal
-from adapters.redis.protocol import SendAppended, SendCall, SendChecked, send_call, with_refund, with_tier
+from adapters.redis.protocol import (
+    DAY_MS,
+    SendAppended,
+    SendCall,
+    SendChecked,
+    send_call,
+    with_refund,
+    with_tier,
+)
 from adapters.redis.protocol_inbox import (
     Dropped,
     Fetch,
+    HistoryRule,
     Outcome,
     ack_call,
     fetch_call,
@@ -48,7 +57,6 @@ from broker.ids import decode_envelope_id, new_nonce
 from broker.limits import REQUEUE_LINEAGE
 from broker.ports import AckOutcome, Appended, Fetched, MessageStatus, SendOptions
 
-DAY_MS: Final = 24 * 3600 * 1000
 SKEW_MS: Final = 5 * 60 * 1000
 """A send is noted under its worker's day; its entry id carries Redis's time. Status looks at the days
 this far either side, so clocks this far apart still find it."""
@@ -103,6 +111,7 @@ class RedisInboxStore:
             nonce=new_nonce(),
             day=day,
             index_until=retained_until(day, connection.settings.status_retention_ms),
+            replies_until=self._replies_until,
         )
         try:
             if connection.single_node:
@@ -121,6 +130,11 @@ class RedisInboxStore:
         return Appended(
             envelope_id(reply.stream_id, reply.nonce), tier_of(reply.tier), reply.sent_at_ms, reply.repeat
         )
+
+    def _replies_until(self, day: int) -> int:
+        """When the replies index of ``day`` expires: with the history (a day at least, for threads of
+        mail still in inboxes when no history is kept)."""
+        return retained_until(day, max(self.connection.settings.history_retention_ms, DAY_MS))
 
     async def _two_steps(self, call: SendCall) -> SendAppended:
         """A send on a cluster: step 1 on the sender's slot, step 2 on the recipient's, and the undo
@@ -176,6 +190,7 @@ class RedisInboxStore:
             max_deliveries=connection.settings.max_deliveries,
             outcomes=outcomes,
             until=until,
+            keep=HistoryRule.of(connection.settings),
         )
         try:
             reply = Fetch.read(
@@ -189,7 +204,15 @@ class RedisInboxStore:
         connection = self.connection
         now = self.clock()
         outcomes, until = outcome_hash(connection, agent, now)
-        call = sweep_call(self.keys, agent, now=now, outcomes=outcomes, until=until, limit=limit)
+        call = sweep_call(
+            self.keys,
+            agent,
+            now=now,
+            outcomes=outcomes,
+            until=until,
+            limit=limit,
+            keep=HistoryRule.of(connection.settings),
+        )
         try:
             dropped = await connection.script(connection.scripts.sweep, call.keys, call.args, idempotent=True)
         except ResponseError as exc:
@@ -254,7 +277,15 @@ class RedisInboxStore:
         connection = self.connection
         outcomes, until = outcome_hash(connection, agent, self.clock())
         entries = [entry_id(one) for one in ids]
-        call = ack_call(self.keys, agent, session, entries, outcomes=outcomes, until=until)
+        call = ack_call(
+            self.keys,
+            agent,
+            session,
+            entries,
+            outcomes=outcomes,
+            until=until,
+            keep=HistoryRule.of(connection.settings),
+        )
         try:
             replies = read_acked(
                 await connection.script(

@@ -32,6 +32,24 @@ class Keys:
         """Stream of envelopes that failed delivery too often."""
         return f"{self.prefix}:dead:{{{agent}}}"
 
+    def history(self, agent: str) -> str:
+        """Stream of what left ``agent``'s inbox (acknowledged, dead-lettered, expired): the entry's
+        fields and entry_id, attempts, outcome, reason; its ids are the time each left. Trimmed by time
+        (``MINID``) to the history retention; it has no consumer group."""
+        return f"{self.prefix}:history:{{{agent}}}"
+
+    def history_positions(self, agent: str) -> str:
+        """Hash: inbox entry id -> history id of each envelope in ``agent``'s history (written and
+        trimmed with it), or ``=<entry id> <nonce>`` of the inbox entry a requeued dead letter became;
+        a thread read finds an archived envelope from its id through it."""
+        return f"{self.prefix}:history-at:{{{agent}}}"
+
+    def replies(self, agent: str, day: int) -> str:
+        """Hash: envelope id -> the ids of the replies to it that ``agent`` received (space-separated),
+        of envelopes sent on ``day`` (days since the epoch of the replied-to envelope's id), written by
+        ``send_append.lua``; expires the history retention after the day ends."""
+        return f"{self.prefix}:replies:{{{agent}}}:{day}"
+
     def rate(self, agent: str) -> str:
         """String: the sender's rate-limit state."""
         return f"{self.prefix}:rate:{{{agent}}}"

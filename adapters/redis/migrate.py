@@ -8,7 +8,9 @@ the same in both layouts, so migrating is:
 
 1. for every agent in the old set that has a registration, make sure its inbox stream and consumer
    group exist (``XGROUP CREATE ... MKSTREAM``; an existing group is kept as it is);
-2. delete the old set.
+2. delete the old set;
+3. note every stored reply in the thread index (``adapters/redis/threads.py``, ``index_replies``),
+   so threads of envelopes sent before the index are found by it.
 
 Running it again finds no old set and changes nothing. ``dry_run`` only reports.
 """
@@ -23,6 +25,7 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.keys import GROUP
+from adapters.redis.threads import index_replies
 from broker.text import counted
 
 _PAGE = 1000
@@ -39,17 +42,25 @@ class Migration:
     registered: int
     """Registrations the current layout finds (scan), after the run."""
     dry_run: bool
+    replies_indexed: int = 0
+    """Stored replies noted in the thread index (sent before it existed)."""
 
     def summary(self) -> str:
+        noted = "would note" if self.dry_run else "noted"
+        replies = (
+            f"{noted} {counted(self.replies_indexed, 'stored reply', 'stored replies')} in the thread index"
+        )
         if not self.legacy_index:
             agents = counted(self.registered, "agent")
+            if self.replies_indexed:
+                return f"{replies} ({agents})"
             return f"nothing to migrate: the store already has the current layout ({agents})"
         verb = "would delete" if self.dry_run else "deleted"
         made = "would create" if self.dry_run else "created"
         return (
             f"{verb} the old agent index ({counted(self.indexed, 'id')}); {made} "
             f"{counted(self.groups_created, 'missing inbox group')}; "
-            f"{counted(self.registered, 'registered agent')} found by scan"
+            f"{counted(self.registered, 'registered agent')} found by scan; {replies}"
         )
 
 
@@ -99,7 +110,8 @@ async def migrate(connection: RedisConnection, *, dry_run: bool = False) -> Migr
 
         await connection.call(drop, idempotent=True)
     registered = len(await Directory(connection).agents())
-    return Migration(legacy, len(agents), created, registered, dry_run)
+    replies = await index_replies(connection, dry_run=dry_run)
+    return Migration(legacy, len(agents), created, registered, dry_run, replies)
 
 
 async def _groups(client: Redis | RedisCluster, key: str) -> set[str]:

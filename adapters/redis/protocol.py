@@ -12,15 +12,18 @@ and provider, the rate token to give back).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from adapters.redis.connection import RedisSettings
 from adapters.redis.keys import GROUP, Keys
 from broker.envelope import format_ms
+from broker.ids import decode_envelope_id, is_envelope_id
 from broker.ports import SendOptions
 
 Arg = str | int
+DAY_MS = 24 * 3600 * 1000
+"""The day of a key named by day (days since the epoch, UTC)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +68,11 @@ def send_call(
     nonce: str,
     day: int,
     index_until: int,
+    replies_until: Callable[[int], int] = lambda day: 0,
 ) -> SendCall:
     """The calls of one send noted under ``day`` (days since the epoch); ``index_until``: when the
-    sender's status index of that day expires (ms since the epoch; 0 = keep no status)."""
+    sender's status index of that day expires (ms since the epoch; 0 = keep no status);
+    ``replies_until(day)``: when the replies index of a day expires."""
     day_index = keys.sent_index(sender, day)
     request, window = options.request_hash or "", settings.idempotency_window_ms
     key = options.idempotency_key
@@ -102,12 +107,20 @@ def send_call(
         window,
         sent_at_ms,
     ]
+    parent = fields.get("in_reply_to", "")
+    replies: list[str] = []
+    if parent and is_envelope_id(parent):
+        parent_day = decode_envelope_id(parent)[0] // DAY_MS
+        replies = [keys.replies(to, parent_day)]
+        append_args += (parent, replies_until(parent_day))
+    else:
+        append_args += ("", 0)
     for name, value in fields.items():
         append_args += (name, value)
     append_args.append("")  # the sender's provider, last: SendChecked.provider
     refund = Call([keys.rate(sender), day_index, *claim], [0, nonce, 1 if claim else 0])
     note = Call([day_index], [nonce, index_value, index_until]) if index_until else None
-    append = Call([keys.registration(to), keys.inbox(to), *record, keys.policy(to)], append_args)
+    append = Call([keys.registration(to), keys.inbox(to), *record, *replies, keys.policy(to)], append_args)
     return SendCall(check, append, refund, note)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from adapters.redis.keys import GROUP, Keys
 from adapters.redis.protocol import Arg, Call
+from adapters.redis.protocol_inbox import HistoryRule
 from broker.envelope import format_ms
 
 
@@ -40,11 +41,29 @@ def dead_letter_call(
     now: int,
     outcomes: str,
     until: int,
+    keep: HistoryRule,
 ) -> Call:
+    """``keep``: what the history keeps (``protocol_inbox.HistoryRule``)."""
     stream_id, nonce = entry
     return Call(
-        [keys.inbox(agent), keys.dead_letters(agent), outcomes],
-        [GROUP, stream_id, nonce, consumer or "", reason, format_ms(now), until],
+        [
+            keys.inbox(agent),
+            keys.dead_letters(agent),
+            outcomes,
+            keys.history(agent),
+            keys.history_positions(agent),
+        ],
+        [
+            GROUP,
+            stream_id,
+            nonce,
+            consumer or "",
+            reason,
+            format_ms(now),
+            until,
+            keep.retention_ms,
+            keep.max_bytes,
+        ],
     )
 
 
@@ -60,7 +79,7 @@ def requeue_call(
 ) -> Call:
     """``wanted``: envelope ids (none: the oldest dead letters); one fresh nonce per entry to move."""
     args: list[Arg] = [GROUP, keys.wake_channel(), agent, until, lineage, len(wanted), *wanted, *nonces]
-    return Call([keys.dead_letters(agent), keys.inbox(agent), outcomes], args)
+    return Call([keys.dead_letters(agent), keys.inbox(agent), outcomes, keys.history_positions(agent)], args)
 
 
 @dataclass(frozen=True, slots=True)

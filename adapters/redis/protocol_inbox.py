@@ -8,12 +8,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from adapters.redis.connection import RedisSettings
 from adapters.redis.keys import GROUP, Keys
 from adapters.redis.protocol import Arg, Call
 from broker.envelope import format_ms
 
 Dropped = list[tuple[str, str]]
 """(tier label, reason) of each entry a script moved to the dead letters."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRule:
+    """What the archiving scripts keep in an agent's history: ``retention_ms`` (0 = keep none) and
+    ``max_bytes`` (0 = no cap; see ``entry_archive`` in ``lua/_entry.lua``). Two ARGV, in this order."""
+
+    retention_ms: int
+    max_bytes: int = 0
+
+    @classmethod
+    def of(cls, settings: RedisSettings) -> HistoryRule:
+        return cls(settings.history_retention_ms, settings.history_max_bytes)
 
 
 def _pairs(reply: object) -> Dropped:
@@ -32,7 +46,9 @@ def fetch_call(
     max_deliveries: int,
     outcomes: str,
     until: int,
+    keep: HistoryRule,
 ) -> Call:
+    """``keep``: what the history keeps (``HistoryRule``), as for every call below."""
     return Call(
         [
             keys.registration(agent),
@@ -40,8 +56,21 @@ def fetch_call(
             keys.dead_letters(agent),
             outcomes,
             keys.delivery_counts(agent),
+            keys.history(agent),
+            keys.history_positions(agent),
         ],
-        [session or "", GROUP, agent, limit, now, max_deliveries, format_ms(now), until],
+        [
+            session or "",
+            GROUP,
+            agent,
+            limit,
+            now,
+            max_deliveries,
+            format_ms(now),
+            until,
+            keep.retention_ms,
+            keep.max_bytes,
+        ],
     )
 
 
@@ -58,10 +87,19 @@ class Fetch:
         return cls(rows, _pairs(dropped))
 
 
-def sweep_call(keys: Keys, agent: str, *, now: int, outcomes: str, until: int, limit: int) -> Call:
+def sweep_call(
+    keys: Keys, agent: str, *, now: int, outcomes: str, until: int, limit: int, keep: HistoryRule
+) -> Call:
     return Call(
-        [keys.inbox(agent), keys.dead_letters(agent), outcomes, keys.delivery_counts(agent)],
-        [GROUP, now, format_ms(now), until, limit],
+        [
+            keys.inbox(agent),
+            keys.dead_letters(agent),
+            outcomes,
+            keys.delivery_counts(agent),
+            keys.history(agent),
+            keys.history_positions(agent),
+        ],
+        [GROUP, now, format_ms(now), until, limit, keep.retention_ms, keep.max_bytes],
     )
 
 
@@ -78,12 +116,22 @@ def ack_call(
     *,
     outcomes: str,
     until: int,
+    keep: HistoryRule,
 ) -> Call:
     """``entries``: (stream entry id, nonce) of each envelope (``entries.entry_id``)."""
-    args: list[Arg] = [session or "", GROUP, until]
+    args: list[Arg] = [session or "", GROUP, until, keep.retention_ms, keep.max_bytes]
     for pair in entries:
         args += pair
-    return Call([keys.registration(agent), keys.inbox(agent), outcomes], args)
+    return Call(
+        [
+            keys.registration(agent),
+            keys.inbox(agent),
+            outcomes,
+            keys.history(agent),
+            keys.history_positions(agent),
+        ],
+        args,
+    )
 
 
 def read_acked(reply: Sequence[object]) -> list[tuple[str, str] | None]:

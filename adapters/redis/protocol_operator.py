@@ -1,5 +1,6 @@
 """The calling convention of the registration, webhook and operator scripts (``lua/register.lua``,
-``webhook_secret.lua``, ``webhook_release.lua``, ``inspect.lua``, ``locate.lua``, ``peek.lua``): the
+``webhook_secret.lua``, ``webhook_release.lua``, ``inspect.lua``, ``locate.lua``, ``peek.lua``,
+``thread_read.lua``): the
 one place their KEYS and ARGV are built, in the order each script names them at its top, and their
 replies read (``adapters/redis/protocol.py`` does the same for a send)."""
 
@@ -8,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from adapters.redis.entries import archived, stored
 from adapters.redis.keys import GROUP, Keys
-from adapters.redis.protocol import Call
+from adapters.redis.protocol import DAY_MS, Arg, Call
 from broker.addresses import Address
 from broker.envelope import format_ms
-from broker.ports import SUPERSEDED_SESSIONS_KEPT
+from broker.ids import decode_envelope_id
+from broker.ports import SUPERSEDED_SESSIONS_KEPT, StoredEnvelope
 
 
 def register_call(keys: Keys, agent: str, address: Address, session: str, *, now: int) -> Call:
@@ -104,3 +107,40 @@ class Place:
 def peek_call(keys: Keys, agent: str, start: str, limit: int) -> Call:
     """``start``: the first entry id (inclusive, ``(id`` exclusive, or ``-``)."""
     return Call([keys.inbox(agent)], [GROUP, start, limit])
+
+
+def thread_read_call(keys: Keys, agent: str, envelope_ids: Sequence[str], *, hops: int) -> Call:
+    """``lua/thread_read.lua`` for ``envelope_ids`` (checked) on ``agent``'s slot: each is looked up
+    with the replies index of its own day (the day of its id, where ``send_append`` notes its replies)."""
+    call_keys = [keys.inbox(agent), keys.history(agent), keys.history_positions(agent)]
+    positions: dict[int, int] = {}
+    args: list[Arg] = [GROUP, hops]
+    for one in envelope_ids:
+        ms, seq, nonce = decode_envelope_id(one)
+        day = ms // DAY_MS
+        if day not in positions:
+            call_keys.append(keys.replies(agent, day))
+            positions[day] = len(call_keys)
+        args += (f"{ms}-{seq}", nonce, one, str(positions[day]))
+    return Call(call_keys, args)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPart:
+    """One envelope of ``thread_read.lua``'s reply: the envelope when the agent holds it, and the ids
+    of the replies to it the agent received."""
+
+    envelope: StoredEnvelope | None
+    replies: tuple[str, ...]
+
+    @classmethod
+    def read_all(cls, agent: str, reply: Sequence[Sequence[object]]) -> list[ThreadPart]:
+        out = []
+        for where, stream_id, fields, deliveries, replies in reply:
+            envelope = None
+            if where == "inbox":
+                envelope = stored(agent, [stream_id, fields, deliveries, 0])
+            elif where == "history":
+                envelope = archived(agent, str(stream_id), fields).envelope
+            out.append(cls(envelope, tuple(str(replies).split())))
+        return out

@@ -33,6 +33,7 @@ _PRELUDES = {
     "send": ("_entry", "_session"),
     "notice": ("_session",),
     "requeue": ("_entry",),
+    "thread_read": ("_entry",),
 }
 
 
@@ -147,3 +148,4 @@ class Scripts:
         self.peek = Script.named("peek")
         self.notice = Script.named("notice")
         self.policy_set = Script.named("policy_set")
+        self.thread_read = Script.named("thread_read")

@@ -33,6 +33,7 @@ from broker.front.hangup import unless_abandoned
 from broker.front.tokens import AgentIdentity
 from broker.ids import check_agent_id
 from broker.limits import DEFAULT_FETCH_LIMIT, MAX_FETCH_LIMIT, MAX_STATUS_IDS
+from broker.ports import IOperatorView
 from broker.relay import Relay
 from broker.text import failure, shown
 from broker.webhooks import IWebhookTargets, is_webhook_endpoint, new_secret
@@ -393,6 +394,8 @@ class ToolOptions:
     """Serve the network listener: ``RegisterAgentAddress`` takes network-tier addresses only."""
     webhooks: IWebhookTargets | None = None
     """Issues the secrets of webhook registrations (network listener)."""
+    mail: IOperatorView | None = None
+    """The histories ``SearchAgentMessages`` reads (served only when set)."""
 
 
 DEFAULT_TOOLS: Final = ToolOptions()
@@ -409,6 +412,11 @@ def relay_tools(relay: Relay[AgentMessage], options: ToolOptions = DEFAULT_TOOLS
     ]
     if options.directory:
         tools.append(ListAgents(relay))
+    if options.mail is not None:
+        # imported here: the search tool's module builds on AgentTool and RelayTool defined above
+        from broker.front.mail_tool import SearchAgentMessages
+
+        tools.append(SearchAgentMessages(relay, options.mail))
     return tools
 
 

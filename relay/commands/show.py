@@ -36,8 +36,9 @@ def register(subparsers: Subparsers) -> None:
         help="show where one envelope is: sender, recipient, state, deliveries, stream entry",
         description="Find the envelope ENVELOPE_ID (as logs and tools show it, env_...) in Redis and "
         "show its sender, recipient, tier, state (queued: not yet fetched; delivered: handed out, not "
-        "acknowledged; dead_lettered), deliveries and its stream key and entry id. Acknowledged "
-        "envelopes are deleted, so they are not found. Read-only; message text is never shown.",
+        "acknowledged; dead_lettered), deliveries and its stream key and entry id. An acknowledged "
+        "envelope has left the inbox and is not found here (`relay history --agent ID` shows it). "
+        "Read-only; message text is never shown.",
     )
     parser.add_argument("envelope_id", metavar="ENVELOPE_ID", help="e.g. env_01M8KRCX7B000000FKVMRW9PAP")
     parser.add_argument("--agent", metavar="AGENT", help="look only in this recipient's streams (faster)")
@@ -77,8 +78,8 @@ def _show(args: argparse.Namespace) -> int:
         )
         print(
             f"relay: error: envelope {envelope_id} (stream entry {found.entry_id}) is not in {searched} at "
-            f"{store}: acknowledged envelopes are deleted, so it was acknowledged, or never stored "
-            f"there{hint}",
+            f"{store}: it was acknowledged (`relay history --agent ID` shows what left an inbox), or "
+            f"never stored there{hint}",
             file=sys.stderr,
         )
     return EXIT_NOT_FOUND if found.where == "nowhere" else 0

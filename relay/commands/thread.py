@@ -1,7 +1,8 @@
 """``relay thread ENVELOPE_ID [--json]``: the conversation an envelope belongs to, in order.
 
-The thread is found by ``in_reply_to`` links among the envelopes still stored (``broker.threads``):
-acknowledged envelopes are deleted, so a thread shows what is still unacknowledged in any inbox.
+The thread is found by ``in_reply_to`` links among the envelopes stored in every inbox and every
+history (``broker.threads``): an acknowledged, dead-lettered or expired envelope stays in its thread for
+the history retention (docs/history.md).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def register(subparsers: Subparsers) -> None:
         "thread",
         help="show the conversation an envelope belongs to (by in_reply_to)",
         description="Show the envelopes linked to ENVELOPE_ID by in_reply_to (what it answers, and every "
-        "answer to those, transitively), oldest first, each answer indented under what it answers. Only "
-        "stored envelopes can be shown: acknowledged ones are deleted. Read-only.",
+        "answer to those, transitively), oldest first, each answer indented under what it answers, from "
+        "every inbox and every history (acknowledged envelopes stay for --history-retention). Read-only.",
     )
     parser.add_argument("envelope_id", metavar="ENVELOPE_ID", help="an envelope id (env_...)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -63,8 +64,9 @@ def _thread(args: argparse.Namespace) -> int:
         return 0 if envelopes else EXIT_RUNTIME
     if not envelopes:
         print(
-            f"no stored envelope is {args.envelope_id} or answers it (acknowledged envelopes are deleted); "
-            "`relay read --agent ID` shows what an inbox holds"
+            f"no stored envelope is {args.envelope_id} or answers it, in any inbox or history (a history "
+            "keeps what left an inbox for --history-retention); `relay read --agent ID` shows what an "
+            "inbox holds"
         )
         return EXIT_RUNTIME
     depth: dict[str, int] = {}

@@ -82,10 +82,83 @@ end
 local function entry_outcome(outcomes, until_ms, nonce, value)
   entry_outcomes(outcomes, until_ms, {nonce, value})
 end
+-- keep entry {id, fields}, which just left its inbox, in the agent's history stream `history`: its
+-- fields as they were, then entry_id (its inbox entry id), attempts, outcome ('acknowledged',
+-- 'dead_lettered', 'expired') and reason (only when dead-lettered); the history entry's id is the
+-- time it left (Redis TIME), noted in the positions hash `at` (inbox entry id -> history id, for
+-- thread reads). History has no consumer group and no pending list, so trimming by time (MINID:
+-- everything that left more than keep_ms ago) loses nothing unacknowledged; at most 64 old entries go
+-- per call, their positions with them. keep_ms '0' keeps nothing (and writes nothing). With max_bytes
+-- (not '0') the history's field bytes (names and values, summed in the positions hash's '=bytes'
+-- field) are kept at most that: the oldest entries go, at most 64 per call, never the one just added.
+local function history_bytes(fields)
+  local n = 0
+  for j = 1, #fields do
+    n = n + #tostring(fields[j])
+  end
+  return n
+end
+local function history_drop(history, at, old, upto)
+  local gone, bytes = {}, 0
+  for _, o in ipairs(old) do
+    gone[#gone + 1] = entry_field(o[2], 'entry_id') or ''
+    bytes = bytes + history_bytes(o[2])
+  end
+  redis.call('HDEL', at, unpack(gone))
+  redis.call('HINCRBY', at, '=bytes', -bytes)
+  redis.call('XTRIM', history, 'MINID', upto)
+end
+local function history_after(id)
+  local dash = string.find(id, '-', 1, true)
+  return string.sub(id, 1, dash) .. string.format('%.0f', tonumber(string.sub(id, dash + 1)) + 1)
+end
+local function entry_archive(history, at, keep_ms, max_bytes, e, attempts, outcome, reason)
+  if keep_ms == '0' then
+    return
+  end
+  local kept = {}
+  for j = 1, #e[2] do
+    kept[j] = e[2][j]
+  end
+  kept[#kept + 1] = 'entry_id'
+  kept[#kept + 1] = e[1]
+  kept[#kept + 1] = 'attempts'
+  kept[#kept + 1] = attempts
+  kept[#kept + 1] = 'outcome'
+  kept[#kept + 1] = outcome
+  if reason then
+    kept[#kept + 1] = 'reason'
+    kept[#kept + 1] = reason
+  end
+  local t = redis.call('TIME')
+  local oldest = string.format('%.0f', math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(keep_ms)))
+  local old = redis.call('XRANGE', history, '-', '(' .. oldest, 'COUNT', 64)
+  if #old > 0 then
+    history_drop(history, at, old, #old < 64 and oldest or history_after(old[#old][1]))
+  end
+  local hid = redis.call('XADD', history, '*', unpack(kept))
+  redis.call('HSET', at, e[1], hid)
+  local total = redis.call('HINCRBY', at, '=bytes', history_bytes(kept))
+  local cap = tonumber(max_bytes)
+  if cap > 0 and total > cap then
+    local over, taken = total - cap, {}
+    for _, o in ipairs(redis.call('XRANGE', history, '-', '(' .. hid, 'COUNT', 64)) do
+      if over <= 0 then
+        break
+      end
+      taken[#taken + 1] = o
+      over = over - history_bytes(o[2])
+    end
+    if #taken > 0 then
+      history_drop(history, at, taken, history_after(taken[#taken][1]))
+    end
+  end
+end
 -- move entry {id, fields} of `inbox` to the dead-letter stream `dead` (envelope_id, the readable
--- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, and record the outcome for the
--- sender's status (entry_outcome: 'expired' when that is the reason, else 'dead <reason>')
-local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms)
+-- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, record the outcome for the
+-- sender's status (entry_outcome: 'expired' when that is the reason, else 'dead <reason>') and keep it
+-- in the history (entry_archive)
+local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms, max_bytes)
   local fields, nonce = e[2], ''
   local letter = {'envelope_id', ''}
   for j = 1, #fields - 1, 2 do
@@ -109,6 +182,9 @@ local function entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outc
   local how = 'expired'
   if reason ~= 'expired' then
     how = 'dead ' .. string.sub(reason, 1, 120)
+    entry_archive(history, at, keep_ms, max_bytes, e, attempts, 'dead_lettered', reason)
+  else
+    entry_archive(history, at, keep_ms, max_bytes, e, attempts, 'expired', nil)
   end
   entry_outcome(outcomes, until_ms, nonce, e[1] .. ' ' .. attempts .. ' ' .. how)
 end

@@ -5,6 +5,8 @@ local inbox = KEYS[2] -- inbox stream
 local dead = KEYS[3] -- dead-letter stream
 local outcomes = KEYS[4] -- outcome hash of the day (the senders' status)
 local counts_key = KEYS[5] -- per-agent counts hash
+local history = KEYS[6] -- the agent's history stream
+local at = KEYS[7] -- the history positions hash
 local session = ARGV[1] -- "" = do not check
 local group = ARGV[2] -- consumer group
 local consumer = ARGV[3] -- consumer name
@@ -13,9 +15,12 @@ local now = tonumber(ARGV[5]) -- ms since the epoch
 local max_deliveries = tonumber(ARGV[6]) -- 0 = no limit
 local dead_at = ARGV[7] -- ISO-8601, as dead letters store it
 local until_ms = ARGV[8] -- when outcome records expire (ms since the epoch; 0 = no records)
+local keep_ms = ARGV[9] -- history retention (ms; 0 = keep no history)
+local max_bytes = ARGV[10] -- the history's field bytes at most (0 = no cap)
 -- An entry whose expires_at has passed is never handed out: it moves to the dead letters with reason
 -- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
--- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash.
+-- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash
+-- and keeps the envelope in the history (entry_dead, _entry.lua).
 -- Records seen_at (note_seen, _session.lua). Works at maxmemory: its first writes are XREADGROUP's,
 -- which Redis does not refuse there (the dead-letter moves after them are let through too).
 -- Returns {rows, dropped}: rows is a flat list, for each entry {id, {field, value, ...}, deliveries,
@@ -42,7 +47,7 @@ local function read(from, n)
 end
 local out, dropped = {}, {}
 local function drop(e, attempts, reason)
-  entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms)
+  entry_dead(inbox, dead, group, e, attempts, reason, dead_at, outcomes, until_ms, history, at, keep_ms, max_bytes)
   redis.call('HINCRBY', counts_key, reason, 1)
   dropped[#dropped + 1] = entry_field(e[2], 'tier') or 'network'
   dropped[#dropped + 1] = reason

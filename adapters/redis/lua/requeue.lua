@@ -3,6 +3,7 @@
 local dead = KEYS[1] -- dead-letter stream
 local inbox = KEYS[2] -- inbox stream
 local outcomes = KEYS[3] -- outcome hash of the day (the senders' status)
+local at = KEYS[4] -- the history positions hash
 local group = ARGV[1] -- consumer group
 local wake_channel = ARGV[2]
 local agent = ARGV[3] -- agent id
@@ -16,7 +17,9 @@ local first_id = 7 -- ARGV[7 .. 6+n] envelope ids to requeue; ARGV[7+n ..] fresh
 -- the ids it had before that (newest first, space-separated, at most lineage); then it is XDELed from
 -- the dead-letter stream, and its old nonce's outcome record says where it went ('requeued',
 -- _entry.lua), so its sender's status follows it. The inbox cap is not checked: an operator asked for
--- this. When anything was requeued the agent id is published on the wake-up channel.
+-- this. When the history kept the old envelope, its position there now names the new entry
+-- ('=<entry id> <nonce>'), so a thread read asking for the old id finds what it became. When anything
+-- was requeued the agent id is published on the wake-up channel.
 -- Returns a flat list: old envelope id, new stream id, nonce, ... for every entry requeued.
 -- expires_at goes too: an operator who requeues an expired envelope wants it delivered
 local dropped = {
@@ -78,6 +81,9 @@ while taken < #nonces do
       local attempts = entry_field(fields, 'attempts') or '0'
       local went = old_id .. ' ' .. attempts .. ' requeued ' .. new_id .. ' ' .. nonce
       entry_outcome(outcomes, until_ms, old_nonce, went)
+      if redis.call('HEXISTS', at, old_id) == 1 then
+        redis.call('HSET', at, old_id, '=' .. new_id .. ' ' .. nonce)
+      end
       out[#out + 1] = old
       out[#out + 1] = new_id
       out[#out + 1] = nonce

@@ -15,15 +15,20 @@ local expires_at = ARGV[9] -- ms since the epoch ('' = never)
 local request_hash = ARGV[10] -- '' = no idempotency key
 local window_ms = ARGV[11] -- dedup window in ms
 local sent_ms = ARGV[12] -- sent_at in ms
+local parent = ARGV[13] -- the envelope id it replies to ('' = none)
+local replies_until = ARGV[14] -- when the replies index hash expires (ms since the epoch; 0 = no index)
 local policy = KEYS[#KEYS] -- the recipient's contact policy hash (keys.py: policy; always last)
+local replies = KEYS[#KEYS - 1] -- the replies index of the parent's day, only when parent is not ''
 local sender_provider = ARGV[#ARGV] -- from send_check.lua ('' = no registration)
-local body = {unpack(ARGV, 13, #ARGV - 1)} -- body fields as name, value pairs, before the provider
+local body = {unpack(ARGV, 15, #ARGV - 1)} -- body fields as name, value pairs, before the provider
 -- With an idempotency key, a record of the same request answers with the original result and nothing
 -- is written (a first attempt that landed after its client gave up included); a record of another
 -- request is a conflict. Otherwise the recipient's registration, contact policy and cap are checked
 -- atomically with the XADD (and the record is written); then the recipient id is published on the
 -- wake-up channel (parked long-polls of that agent look again). The policy comes after the
--- registration and before the cap, so a sender it does not accept learns nothing of the inbox.
+-- registration and before the cap, so a sender it does not accept learns nothing of the inbox. A
+-- reply's id is added to the recipient's replies index under the envelope it answers (at most
+-- MAX_REPLIES ids each), so a thread read finds it without reading any inbox.
 -- Returns {stream entry id, tier label (the wider of sender's and recipient's), nonce, sent_at ms,
 -- repeat (1|0)}. Errors (nothing written): RELAY_UNKNOWN_RECIPIENT, RELAY_NOT_ACCEPTED <tier> <kind>,
 -- RELAY_INBOX_FULL <cap> <depth>, RELAY_IDEMPOTENCY_CONFLICT.
@@ -77,6 +82,16 @@ end
 if request_hash ~= '' then
   local record = table.concat({request_hash, id, nonce, sent_ms, tier}, ' ')
   redis.call('SET', record_key, record, 'PX', window_ms)
+end
+if parent ~= '' and replies_until ~= '0' then
+  local known = redis.call('HGET', replies, parent)
+  local child = envelope_id(id, nonce)
+  if not known then
+    redis.call('HSET', replies, parent, child)
+  elseif #known < 31 * 1000 then -- MAX_REPLIES: 1000 ids of 30 characters and a space
+    redis.call('HSET', replies, parent, known .. ' ' .. child)
+  end
+  redis.call('PEXPIREAT', replies, replies_until)
 end
 redis.call('PUBLISH', wake_channel, recipient)
 return {id, tier, nonce, sent_ms, 0}
