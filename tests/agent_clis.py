@@ -21,6 +21,16 @@ from tests.claude_code import stop_tree
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_DIR = ROOT / ".tools" / "clis"
 PINS = ROOT / "scripts" / "npm-clis.txt"
+AGENT_TOOLS = (
+    "RegisterAgentAddress",
+    "SendAgentMessage",
+    "FetchAgentInbox",
+    "AcknowledgeAgentInbox",
+    "GetMessageStatus",
+    "ListAgents",
+    "SearchAgentMessages",
+)
+"""The tools ``relay serve`` offers an agent (``broker.front.tools.relay_tools``, history on)."""
 WAKE_BOUND_S = 30.0
 """How long a test waits for a CLI to be woken by mail (or to announce it at the end of a turn): a bound,
 not the latency (bench/wake.py measures that: tens of ms p99 on a quiet machine, the 3 s the docs promise

@@ -33,7 +33,15 @@ from broker.testing.polling import wait_until
 from relay import credential_file
 from relay.codex.setup import CONFIG_FILE, HOOKS_FILE, session_id
 from relay.folder_setup import FolderRequest
-from tests.agent_clis import ROOT, WAKE_BOUND_S, clean_environment, cli_binary, run_cli, secrets_in
+from tests.agent_clis import (
+    AGENT_TOOLS,
+    ROOT,
+    WAKE_BOUND_S,
+    clean_environment,
+    cli_binary,
+    run_cli,
+    secrets_in,
+)
 from tests.claude_code import stop_tree
 from tests.claude_code_relay import relay_serving
 from tests.fake_responses import FakeResponses, Recorded, Text, ToolUse, input_texts, tool_outputs
@@ -41,14 +49,7 @@ from tests.processes import REGISTER, ServeProcess, call_tool_sync, run_relay
 
 WAKE_WITHIN_S = WAKE_BOUND_S
 NOTE = "Review done: ship PR 12 once the changelog names the flag."
-RELAY_TOOLS = {
-    "RegisterAgentAddress",
-    "SendAgentMessage",
-    "FetchAgentInbox",
-    "AcknowledgeAgentInbox",
-    "ListAgents",
-    "GetMessageStatus",
-}
+RELAY_TOOLS = set(AGENT_TOOLS)
 
 
 def _suffix() -> str:
@@ -307,7 +308,7 @@ def test_a_codex_session_registers_fetches_and_is_woken_by_mail(
     thread = re.search(r"(?:session|thread) id: (\S+)", turn.stdout + turn.stderr)
     assert thread is not None, turn.stderr
     turns = [r for r in api.requests[first:] if r.is_conversation]
-    assert _relay_tools(turns[0]) == RELAY_TOOLS, turn.stderr[-3000:]  # the six, in one namespace
+    assert _relay_tools(turns[0]) == RELAY_TOOLS, turn.stderr[-3000:]  # all of them, in one namespace
     outputs = [o for r in turns for o in tool_outputs(r)]
     registered_out, fetched_out = json.dumps(outputs[0]["output"]), json.dumps(outputs[-1]["output"])
     assert "registered_at" in registered_out and "superseded" not in registered_out

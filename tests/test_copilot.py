@@ -21,7 +21,7 @@ import pytest
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from relay.copilot.setup import HOOKS_FILE, MCP_FILE
-from tests.agent_clis import WAKE_BOUND_S, clean_environment, run_cli, secrets_in
+from tests.agent_clis import AGENT_TOOLS, WAKE_BOUND_S, clean_environment, run_cli, secrets_in
 from tests.claude_code import ClaudeHome, claude_binary_fixture, run_claude, stop_tree
 from tests.claude_code_relay import mcp_status, relay_serving
 from tests.fake_openai import FakeOpenAI, Recorded, Text, ToolUse, tool_results
@@ -32,17 +32,7 @@ __all__ = ["claude_binary_fixture"]
 
 ANNOUNCE_WITHIN_S = WAKE_BOUND_S
 NOTE = "Review done: ship PR 12 once the changelog names the flag."
-RELAY_FUNCTIONS = {
-    f"relay-{name}"
-    for name in (
-        "RegisterAgentAddress",
-        "SendAgentMessage",
-        "FetchAgentInbox",
-        "AcknowledgeAgentInbox",
-        "GetMessageStatus",
-        "ListAgents",
-    )
-}
+RELAY_FUNCTIONS = {f"relay-{name}" for name in AGENT_TOOLS}
 
 
 def _suffix() -> str:

@@ -19,7 +19,7 @@ import pytest
 from broker.front.key_file import load_key_file
 from broker.front.tokens import agent_headers
 from relay.gemini.setup import SETTINGS_FILE
-from tests.agent_clis import WAKE_BOUND_S, clean_environment, cli_binary, run_cli, secrets_in
+from tests.agent_clis import AGENT_TOOLS, WAKE_BOUND_S, clean_environment, cli_binary, run_cli, secrets_in
 from tests.claude_code import stop_tree
 from tests.claude_code_relay import relay_serving
 from tests.fake_gemini import FakeGemini, Text, ToolUse, content_texts, function_names, function_responses
@@ -29,17 +29,7 @@ ANNOUNCE_WITHIN_S = WAKE_BOUND_S
 NOTE = "Review done: ship PR 12 once the changelog names the flag."
 MODEL = ("-m", "gemini-2.5-flash")
 """A model named on the command line: Gemini CLI's automatic routing asks the model first otherwise."""
-RELAY_FUNCTIONS = {
-    f"mcp_relay_{name}"
-    for name in (
-        "RegisterAgentAddress",
-        "SendAgentMessage",
-        "FetchAgentInbox",
-        "AcknowledgeAgentInbox",
-        "GetMessageStatus",
-        "ListAgents",
-    )
-}
+RELAY_FUNCTIONS = {f"mcp_relay_{name}" for name in AGENT_TOOLS}
 
 
 def _suffix() -> str:
