@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -26,10 +27,12 @@ from typing import Any
 
 import pytest
 
+from broker.addresses import ClaudeCodeAddress
 from broker.front.key_file import write_key_file
 from broker.testing.polling import wait_until
 from relay.claude_code.session import ClaudeProcess
 from relay.claude_code.summary import PREVIEW_CHARS, WHAT_TO_DO, escaped, rearm, summary
+from relay.claude_code.waiter import session_endpoint
 from tests.fake_anthropic import QuietHTTPServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -427,3 +430,19 @@ def test_the_summary_escapes_and_cuts_what_agents_wrote() -> None:
     assert reminder.split("\n")[0] == "relay: 3 unacknowledged messages (a reminder) for a:"
     first = summary("a", {"count": 1, "unacknowledged": 4}).split("\n")[0]
     assert first == "relay: 1 new message for a (4 unacknowledged in all):"
+
+
+def test_a_long_temporary_folder_still_gives_a_session_an_endpoint_relay_accepts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiters register a unix endpoint in relay's runtime folder; under a deep ``$TMPDIR`` (a CI
+    runner's, a test worker's) the session's own name would pass the address rule's 107 bytes."""
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    session = "opencode-27288-1796286726888"
+    for endpoint in (session_endpoint(session), session_endpoint("s" * 128)):
+        assert ClaudeCodeAddress.parse(endpoint).endpoint == endpoint
+    assert session_endpoint(session) == session_endpoint(session)  # the same session, the same name
+    assert session_endpoint(session) != session_endpoint(session + "x")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import random
@@ -116,9 +117,7 @@ def _wait_loop(
     while (left := deadline - time.monotonic()) > 0:
         try:
             if register:
-                endpoint = _endpoint(session)
-                if endpoint is not None:
-                    relay_http.register(options.mcp_url, options.headers(session), endpoint)
+                relay_http.register(options.mcp_url, options.headers(session), _endpoint(session))
                 register = False
             pending = relay_http.wait(
                 options.wait_url, options.headers(session), int(min(left, WAIT_CHUNK_S) * 1000)
@@ -162,13 +161,24 @@ def _watch(claude: ClaudeProcess) -> None:
     threading.Thread(target=watch, name="claude-watch", daemon=True).start()
 
 
-def _endpoint(session: str) -> str | None:
+def _endpoint(session: str) -> str:
     """Where this session can be reached, for its registration: Claude Code's cross-session messaging
-    socket when it exports one, else a path in relay's runtime folder; ``None`` if neither fits."""
-    for path in (os.environ.get("CLAUDE_CODE_MESSAGING_SOCKET", ""), str(runtime_dir() / f"{session}.sock")):
-        if path.startswith("/") and len(path.encode()) <= _UNIX_PATH_MAX:
+    socket when it exports one that fits an address, else ``session_endpoint``."""
+    path = os.environ.get("CLAUDE_CODE_MESSAGING_SOCKET", "")
+    if path.startswith("/") and len(path.encode()) <= _UNIX_PATH_MAX:
+        return f"unix:{path}"
+    return session_endpoint(session)
+
+
+def session_endpoint(session: str) -> str:
+    """A unix endpoint naming ``session`` in relay's runtime folder, within the address rule's 107 bytes:
+    under a long ``$TMPDIR`` the session's hash names it, and past that a name under ``/tmp``."""
+    digest = hashlib.sha256(session.encode()).hexdigest()[:16]
+    folder = runtime_dir()
+    for path in (folder / f"{session}.sock", folder / f"{digest}.sock"):
+        if len(str(path).encode()) <= _UNIX_PATH_MAX:
             return f"unix:{path}"
-    return None
+    return f"unix:/tmp/relay-{os.getuid()}/{digest}.sock"
 
 
 def runtime_dir() -> Path:

@@ -38,7 +38,7 @@ from typing import IO, Any, Final
 from relay.claude_code import relay_http
 from relay.claude_code.session import ClaudeProcess, NoSuchProcess
 from relay.claude_code.summary import summary
-from relay.claude_code.waiter import _ask_to_go, _Slot, _watch, runtime_dir
+from relay.claude_code.waiter import _ask_to_go, _Slot, _watch, runtime_dir, session_endpoint
 
 LIFETIME_S: Final = 7 * 86_400
 WAIT_CHUNK_S: Final = 60.0
@@ -147,7 +147,7 @@ def run(options: CodexWait, log: IO[str]) -> int:
 def _loop(options: CodexWait, log: IO[str]) -> int:
     deadline = time.monotonic() + options.lifetime_s
     delay, registered = BACKOFF_FIRST_S, False
-    endpoint = f"unix:{runtime_dir() / (options.session + '.sock')}"
+    endpoint = session_endpoint(options.session)
     while (left := deadline - time.monotonic()) > 0:
         try:
             if not registered:
