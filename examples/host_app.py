@@ -47,6 +47,7 @@ class ToySessions:
         self.queues: dict[str, asyncio.Queue[str]] = {s: asyncio.Queue() for s in SESSIONS.values()}
         self.tools: dict[str, list[SessionTool]] = {}
         self.prompts = 0
+        self.handled = 0
         self.busy_once = {"session-builder"}
         self.finished = asyncio.Event()
 
@@ -70,7 +71,10 @@ class ToySessions:
                     await self.say(agent, "reviewer", Kind.KIND_REQUEST, "please review the parser")
             elif agent == "builder" and header["kind"] == "reply":
                 await self.say(agent, "planner", Kind.KIND_STATUS, "parser built and reviewed")
-            if self.prompts >= EXPECTED_PROMPTS:
+            # counted once handled, not once received: the planner may read the status before the
+            # builder's send returns, and the example must not stop while a session is still talking
+            self.handled += 1
+            if self.handled >= EXPECTED_PROMPTS:
                 self.finished.set()
 
     async def say(self, agent: str, to: str, kind: int, text: str, in_reply_to: str | None = None) -> None:
