@@ -23,7 +23,6 @@ from relay.commands import (
     history,
     hook,
     inspect,
-    keys,
     migrate,
     policy,
     read,
@@ -32,6 +31,7 @@ from relay.commands import (
     serve,
     setup,
     show,
+    signing,
     tail,
     thread,
     workbench,
@@ -40,7 +40,7 @@ from relay.settings import SettingsError
 
 COMMANDS = (
     serve,
-    keys,
+    signing,
     inspect,
     show,
     dead_letters,

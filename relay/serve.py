@@ -35,7 +35,7 @@ from broker.metrics import CredentialCounts
 from broker.relay import Relay
 from relay import dashboard as dashboard_wiring
 from relay import logs, running
-from relay.commands.keys import data_key_file, ensure_key_file
+from relay.commands.signing import data_key_file, ensure_key_file
 from relay.http_limits import allow_open_files, protocol_for
 from relay.network import check_network, network_server, start_webhooks
 from relay.settings import ServeSettings, SettingsError, check_bind

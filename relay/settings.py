@@ -74,7 +74,8 @@ class StoreSettings(DataDirSettings):
 
 
 class KeyFileSettings(DataDirSettings):
-    """Where the commands minting with relay's signing key find it (``relay.commands.keys.signing_keys``)."""
+    """Where the commands minting with relay's signing key find it
+    (``relay.commands.signing.signing_keys``)."""
 
     key_file: Path | None = Field(
         None, description="relay's signing key file; default: relay.key in the data dir"

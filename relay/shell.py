@@ -27,7 +27,7 @@ from broker.front.tokens import agent_headers
 from broker.ports import StoredEnvelope
 from broker.text import escaped
 from relay.claude_code import relay_http
-from relay.commands.keys import default_url, signing_key_file, signing_keys
+from relay.commands.signing import default_url, signing_key_file, signing_keys
 from relay.running import running
 from relay.settings import ShellSettings, store_named, store_url
 

@@ -9,11 +9,19 @@ from importlib.resources import files
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.errors import REFUSALS
+from adapters.redis.keys import Keys
 from adapters.redis.scripts import Scripts, read_script
+from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Tier
+from broker.errors import RelayError
 from broker.ids import decode_envelope_id, encode_envelope_id, new_nonce
+from broker.limits import request_hash
+from broker.relay import Relay
+from tests.support import address_for, unique_prefix
 
 LUA = files("adapters.redis") / "lua"
 SCRIPTS = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua"))
@@ -92,3 +100,71 @@ def test_every_script_loads() -> None:
     """``Scripts`` builds every file (the composed send included)."""
     scripts = Scripts()
     assert {name for name in SCRIPTS if name not in PRELUDES} <= set(vars(scripts))
+
+
+class _TwoSteps(RedisConnection):
+    """A connection to one Redis that sends as on a cluster: ``send_check``, ``send_append``, then
+    ``send_refund`` or ``send_note`` as separate calls (``RedisInboxStore._two_steps``)."""
+
+    @property
+    def single_node(self) -> bool:
+        return False
+
+
+async def _undo_story(redis_url: str, connection_type: type[RedisConnection]) -> list[object]:
+    """A refused send, a repeat whose first attempt never landed, and a send that proves the token came
+    back: what each answered, and what the store holds after each."""
+    prefix = unique_prefix()
+    settings = RedisSettings(url=redis_url, prefix=prefix, inbox_cap=1, send_rate=0.001, send_burst=2)
+    connection, keys = connection_type(settings), Keys(prefix)
+    contract = AgentMessageContract()
+    relay = Relay(contract, RedisInboxStore(connection), RedisRegistry(connection))
+    body = AgentMessage(kind=Kind.KIND_REQUEST, text="undo me")
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    story: list[object] = []
+
+    async def facts() -> list[object]:
+        tokens = await client.hget(keys.rate("alice"), "tokens")
+        claims = [await client.exists(keys.idempotency_claim("alice", k)) for k in ("k1", "k2", "k3")]
+        depth = [await client.xlen(keys.inbox(agent)) for agent in ("bob", "carol", "dave")]
+        return [int(float(tokens)) if tokens else None, claims, depth]
+
+    async def send(to: str, key: str) -> str:
+        try:
+            sent = await relay.send("alice", to, body, idempotency_key=key)
+        except RelayError as exc:
+            return exc.code
+        return str([s.state for s in await relay.status("alice", [sent.id])])
+
+    try:
+        async with relay:
+            for agent in ("alice", "bob", "carol", "dave"):
+                await relay.register(agent, address_for(Tier.HOST, agent), f"s-{agent}")
+            story += [await send("bob", "k1"), await facts()]
+            story += [await send("bob", "k2"), await facts()]  # bob's inbox is full: step 2 refuses
+            await client.set(
+                keys.idempotency_claim("alice", "k3"),
+                request_hash("carol", contract.to_fields(body), None),
+                px=60_000,
+            )  # a first attempt claimed k3 and its worker died before step 2
+            story += [await send("carol", "k3"), await facts()]
+            story += [await send("dave", "k4"), await facts()]  # the refunded token, spent
+            story += [await send("dave", "k5"), await facts()]  # none left
+        await connection.open()
+        try:
+            await connection.delete_prefix()
+        finally:
+            await connection.close()
+    finally:
+        await client.aclose()
+    return story
+
+
+async def test_a_send_undoes_and_notes_the_same_in_one_call_as_in_two_steps(redis_url: str) -> None:
+    """The undo of a refused send and the note of a repeat that landed late are decided twice, by
+    ``send.lua`` (one Redis) and by ``RedisInboxStore._two_steps`` (a cluster): run both on the same
+    story and compare what they answered and left in the store."""
+    one_call = await _undo_story(redis_url, RedisConnection)
+    assert one_call == await _undo_story(redis_url, _TwoSteps)
+    assert one_call[::2] == ["['queued']", "inbox_full", "['queued']", "['queued']", "rate_limited"]
+    assert one_call[3] == [1, [1, 0, 0], [1, 0, 0]]  # the token and the claim of k2 given back

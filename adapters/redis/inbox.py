@@ -138,7 +138,9 @@ class RedisInboxStore:
 
     async def _two_steps(self, call: SendCall) -> SendAppended:
         """A send on a cluster: step 1 on the sender's slot, step 2 on the recipient's, and the undo
-        (or the status note) on the sender's slot again (see docs/redis-layout.md)."""
+        (or the status note) on the sender's slot again (see docs/redis-layout.md). ``send.lua`` decides
+        the undo and the note in Lua for one Redis; tests/test_script_protocol.py runs one story through
+        both and compares what they answer and leave."""
         connection, scripts = self.connection, self.connection.scripts
         check = call.check
         checked = SendChecked.read(

@@ -18,7 +18,7 @@ from relay import credential_file, logs
 from relay.claude_code.setup import SetupError, SetupRequest, check, setup
 from relay.commands import UsageError
 from relay.commands.credentials import issue_credential, revoke_credentials, store_for
-from relay.commands.keys import data_key_file, endpoint_url
+from relay.commands.signing import data_key_file, endpoint_url
 from relay.settings import DEFAULT_DATA_DIR, StoreSettings, add_options, load
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from broker.addresses import is_loopback_host
 from broker.front.paths import MCP_PATH, UI_PATH
 from broker.front.ui.access import DEFAULT_LOGIN_TTL, MAX_LOGIN_TTL, OperatorAccess
 from relay.commands import UsageError, bounded_int
-from relay.commands.keys import default_url, signing_keys
+from relay.commands.signing import default_url, signing_keys
 from relay.settings import KeyFileSettings, add_options, load
 
 if TYPE_CHECKING:

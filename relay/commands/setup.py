@@ -25,7 +25,7 @@ from relay import credential_file, logs
 from relay.codex import setup as codex_setup
 from relay.commands import UsageError, claude_code
 from relay.commands.credentials import issue_credential, revoke_credentials, store_for
-from relay.commands.keys import data_key_file, endpoint_url
+from relay.commands.signing import data_key_file, endpoint_url
 from relay.copilot import setup as copilot_setup
 from relay.folder_setup import CREDENTIAL_FILE, FolderRequest, SetupError, Written, check_folder, write_all
 from relay.gemini import setup as gemini_setup
