@@ -4,19 +4,21 @@ session processes are killed. Called from ``bench/run.py`` (``workbench_figures`
     python bench/workbench.py [--samples 200]
 
 ``relay.workbench.host`` (the code ``relay workbench`` runs) hosts 4 Copilot SDK and 4 Claude Agent SDK
-sessions on the bench's Redis, their models the tests' fake APIs on loopback (answering at once).
+sessions on the bench's Redis, their models the tests' fake APIs on loopback (answering at once), in a
+process of their own as a model API is (``bench/model_apis.py``).
 
 - ``workbench_prompt_p50_ms`` / ``_p99_ms``: one envelope at a time, round robin over the 8 agents, each
   to a session that has ended its last turn (a turn's length is the model's and the SDK's, not
   relay's), from the call of ``Relay.send`` (the envelope is appended during it) to the host handing
   the prompt to its session (``WorkbenchSessions.submit``, which calls the SDK's send at once).
 - ``workbench_loop_lag_p99_ms``: how late the host's event loop ran a 10 ms timer meanwhile (the SDKs'
-  reader threads and the fake APIs share the process and its GIL): what the latency cannot go below.
+  reader threads share the process and its GIL): what the latency cannot go below.
 - ``workbench_rss_copilot_mib`` / ``_claude_agent_mib``: RSS of one idle session's CLI process tree,
   the mean over that runtime's sessions, once the latency phase is over.
 - ``workbench_lost``: 16 envelopes to one session of each runtime, its CLI SIGKILLed after the 4th was
   accepted; envelopes whose prompt never reached the model once every envelope was acknowledged or the
-  bound (120 s) passed. 0 is the only good figure.
+  bound (120 s) passed, and then 30 s more for the last requests to go out (a session takes a prompt in,
+  and is acknowledged, a moment before its model request leaves). 0 is the only good figure.
 
 Needs the agent SDKs and the Copilot CLI (``scripts/install-agent-sdks``); skipped, saying so, without.
 """
@@ -43,13 +45,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from adapters.workbench.runtime import WorkbenchSessions  # noqa: E402
+from bench.model_apis import ModelAPIs  # noqa: E402
 from broker.addresses import ClaudeCodeAddress  # noqa: E402
 from broker.agent_message import AgentMessage, Kind  # noqa: E402
 from broker.relay import Relay  # noqa: E402
 from relay.workbench import delivery_settings, host, messenger_on  # noqa: E402
 from relay.workbench_config import load  # noqa: E402
-from tests.fake_anthropic import FakeAnthropic  # noqa: E402
-from tests.fake_openai import FakeOpenAI  # noqa: E402
 from tests.workbench_support import (  # noqa: E402
     COPILOT_CACHE,
     COPILOT_CLI,
@@ -125,11 +126,11 @@ async def workbench_figures(redis_url: str, *, samples: int = 200) -> dict[str, 
     tmp = Path(tempfile.mkdtemp(prefix="relay-workbench-bench-"))
     prefix = f"relay-bench-wb-{secrets.token_hex(3)}"
     try:
-        with FakeOpenAI() as openai, FakeAnthropic() as anthropic:
+        with ModelAPIs() as apis:
             copilots = [f"copilot-{i}" for i in range(PER_RUNTIME)]
             claudes = [f"claude-{i}" for i in range(PER_RUNTIME)]
-            entries = [copilot_agent_entry(a, openai.base_url, COPILOT_CLI) for a in copilots]
-            entries += [claude_agent_entry(a, anthropic.base_url) for a in claudes]
+            entries = [copilot_agent_entry(a, apis.openai, COPILOT_CLI) for a in copilots]
+            entries += [claude_agent_entry(a, apis.anthropic) for a in claudes]
             config = write_config(tmp / "workbench.toml", entries, visibility_seconds=10)
             loaded = load(config, {**os.environ, **KEYS})
             sessions = TimedSessions()
@@ -165,8 +166,8 @@ async def workbench_figures(redis_url: str, *, samples: int = 200) -> dict[str, 
                         for runtime, names in (("copilot", copilots), ("claude_agent", claudes))
                     }
                     lost = 0
-                    for agent, api in ((copilots[0], openai), (claudes[0], anthropic)):
-                        lost += await _kill_phase(relay, sessions, agent, api)
+                    for agent, api in ((copilots[0], "openai"), (claudes[0], "anthropic")):
+                        lost += await _kill_phase(relay, sessions, agent, apis, api)
                 finally:
                     stop.set()
                     with contextlib.suppress(Exception):
@@ -221,7 +222,9 @@ async def _latency(
     return latencies
 
 
-async def _kill_phase(relay: Relay[AgentMessage], sessions: TimedSessions, agent: str, api: Any) -> int:
+async def _kill_phase(
+    relay: Relay[AgentMessage], sessions: TimedSessions, agent: str, apis: ModelAPIs, api: str
+) -> int:
     ids = []
     for n in range(KILL_ENVELOPES):
         sent = await relay.send(
@@ -233,8 +236,15 @@ async def _kill_phase(relay: Relay[AgentMessage], sessions: TimedSessions, agent
             with contextlib.suppress(ProcessLookupError):
                 os.kill(_pid(sessions, agent), signal.SIGKILL)
     await _settled(relay, ids, BOUND)
-    seen = "\n".join(r.text() for r in list(api.requests))
-    return sum(1 for i in ids if i not in seen)
+    # acknowledged once the session took the prompt in, which can be a moment before its model request
+    # goes out: lost is what the model has not seen once that moment has had its bound
+    deadline = time.monotonic() + 30
+    while True:
+        seen = await apis.texts(api)
+        missing = sum(1 for i in ids if i not in seen)
+        if not missing or time.monotonic() > deadline:
+            return missing
+        await asyncio.sleep(0.2)
 
 
 async def _settled(relay: Relay[AgentMessage], ids: list[str], within: float) -> None:
