@@ -87,7 +87,7 @@ async def search(
     if me is None:
         raise UnregisteredAgent(agent)
     me.check_session(session)
-    others = [peer] if peer is not None else await _everyone(relay)
+    others = [peer] if peer is not None else await everyone(relay)
     query = HistoryQuery(since_ms=since, until_ms=until, sender=peer, words=found_words)
     mail = await agent_mail(view, agent, others, query, limit, cursor)
     entries = mail.entries
@@ -100,7 +100,7 @@ async def search(
     return data
 
 
-async def _everyone(relay: Relay[AgentMessage]) -> list[str]:
+async def everyone(relay: Relay[AgentMessage]) -> list[str]:
     """Every registered agent id (the histories the caller's sent mail may be in)."""
     found: list[str] = []
     after = None

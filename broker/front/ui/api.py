@@ -107,22 +107,32 @@ class Refused(Exception):
 Handler = Callable[[Request, Caller], Awaitable[object]]
 
 
+def json_endpoint(
+    session_of: Callable[[Request], Caller], handler: Handler
+) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` as a route's endpoint: the caller's session checked first, its answer as JSON, a
+    refusal as ``{"error": ...}`` with its status, anything unexpected one log line and a retryable
+    answer (no traceback)."""
+
+    async def run(request: Request) -> Response:
+        try:
+            caller = session_of(request)
+            data = await handler(request, caller)
+        except Refused as exc:
+            return exc.response()
+        except RelayError as exc:
+            return _error(exc)
+        except Exception as exc:  # one line in the log, a retryable answer, no traceback
+            log.error("dashboard %s failed: %s", request.url.path, failure(exc))
+            return _error(InternalError())
+        return JSONResponse(data, headers={"cache-control": "no-store"})
+
+    return run
+
+
 def routes(dashboard: Dashboard, session_of: Callable[[Request], Caller]) -> list[Route]:
     def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        async def run(request: Request) -> Response:
-            try:
-                caller = session_of(request)
-                data = await handler(request, caller)
-            except Refused as exc:
-                return exc.response()
-            except RelayError as exc:
-                return _error(exc)
-            except Exception as exc:  # one line in the log, a retryable answer, no traceback
-                log.error("dashboard %s failed: %s", request.url.path, failure(exc))
-                return _error(InternalError())
-            return JSONResponse(data, headers={"cache-control": "no-store"})
-
-        return run
+        return json_endpoint(session_of, handler)
 
     views = _Views(dashboard)
     return [
@@ -142,7 +152,7 @@ def _error(error: RelayError) -> Response:
     return JSONResponse(error_body(error), status_code=status, headers={"cache-control": "no-store"})
 
 
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
     text = request.query_params.get(name)
     if text is None or text == "":
         return default
@@ -151,7 +161,7 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     return int(text)
 
 
-def _envelope(stored: StoredEnvelope) -> dict[str, object]:
+def envelope_json(stored: StoredEnvelope) -> dict[str, object]:
     fields = stored.fields
     return {
         "id": stored.envelope_id,
@@ -240,8 +250,8 @@ class _Views:
         return await self.d.overview.page(
             sort,
             order == "desc",
-            _int(request, "offset", 0, 0, 1_000_000),
-            _int(request, "limit", 100, 1, 500),
+            query_int(request, "offset", 0, 0, 1_000_000),
+            query_int(request, "limit", 100, 1, 500),
             prefix,
         )
 
@@ -250,12 +260,12 @@ class _Views:
         after = request.query_params.get("after") or None
         if after is not None and not is_envelope_id(after):
             raise InvalidArgument("after", "envelope_id.pattern", "must be an envelope id from this page")
-        limit = _int(request, "limit", INBOX_PAGE, 1, MAX_INBOX_PAGE)
+        limit = query_int(request, "limit", INBOX_PAGE, 1, MAX_INBOX_PAGE)
         envelopes = await self.d.view.unacknowledged(agent, limit=limit, after=after)
         return {
             "agent": agent,
             "overview": await self.d.overview.agent(agent),
-            "envelopes": [_envelope(e) for e in envelopes],
+            "envelopes": [envelope_json(e) for e in envelopes],
             "more": len(envelopes) == limit,
         }
 
@@ -265,15 +275,15 @@ class _Views:
             raise InvalidArgument(
                 "id", "envelope_id.pattern", "must be an envelope id (env_ + 26 characters)"
             )
-        # A thread is found by reading every stored envelope: one such read at a time in this process,
-        # and its answer kept THREAD_KEEP_SECONDS for every viewer of that thread.
+        # One thread read at a time in this process (a store without the replies index falls back to
+        # reading every envelope), its answer kept THREAD_KEEP_SECONDS for every viewer of that thread.
         async with self._thread_lock:
             now = time.monotonic()
             self._threads = {k: v for k, v in self._threads.items() if now - v[0] < THREAD_KEEP_SECONDS}
             kept = self._threads.get(envelope_id)
             if kept is None:
                 found = await self.d.view.thread(envelope_id, limit=THREAD_LIMIT)
-                kept = (time.monotonic(), [{**_envelope(e), "depth": d} for e, d in _tree(found)])
+                kept = (time.monotonic(), [{**envelope_json(e), "depth": d} for e, d in _tree(found)])
                 self._threads[envelope_id] = kept
         return {"id": envelope_id, "envelopes": kept[1]}
 
