@@ -14,13 +14,13 @@ window.relayHistory = (function () {
       el("th", {}, "Left inbox"), el("th", {}, "Outcome"), el("th", {}, "Envelope"), el("th", {}, "From"),
       el("th", {}, "To"), el("th", {}, "Kind"), el("th", {}, "Sent"), el("th", {}, "Text"))),
       el("tbody", {}, ...entries.map((e) => el("tr", { "data-envelope": e.id },
-        el("td", { class: "muted" }, e.left_at),
+        el("td", { class: "muted nowrap" }, e.left_at),
         el("td", { title: e.reason || "" }, e.outcome + (e.reason ? " (" + e.reason + ")" : "")),
         el("td", { class: "mono" }, link(threadHref(e.id), e.id)),
         el("td", {}, link(agentHref(e.from), e.from), " ", el("a", { href: historyHref(e.to, { with: e.from }), class: "muted small" }, "conversation")),
         el("td", {}, link(historyHref(e.to), e.to)),
         el("td", {}, e.kind || "-"),
-        el("td", { class: "muted" }, e.sent_at),
+        el("td", { class: "muted nowrap" }, e.sent_at),
         el("td", { class: "text" }, e.text || "")))));
   }
 
