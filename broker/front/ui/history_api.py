@@ -11,6 +11,7 @@ word. Both read through ``broker.history.merged``: each history once per page, a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Final
 
@@ -53,6 +54,8 @@ def entry_json(entry: Archived) -> dict[str, object]:
 class _HistoryViews:
     def __init__(self, dashboard: Dashboard) -> None:
         self.d = dashboard
+        self._everywhere = asyncio.Lock()
+        """One search of every agent's history at a time in this process (each reads every history)."""
 
     async def history(self, request: Request, caller: Caller) -> object:
         params = request.query_params
@@ -74,8 +77,12 @@ class _HistoryViews:
         agent = _agent(request, "agent")
         query = await self._range(request, words=found)
         limit, after = self._page(request)
-        holders = [agent] if agent is not None else await everyone(self.d.relay)
-        mail = await merged(self.d.view, [(holder, query) for holder in holders], limit, after)
+        if agent is not None:
+            mail = await merged(self.d.view, [(agent, query)], limit, after)
+        else:
+            async with self._everywhere:
+                holders = await everyone(self.d.relay)
+                mail = await merged(self.d.view, [(holder, query) for holder in holders], limit, after)
         return {
             "words": list(found),
             "agent": agent,
