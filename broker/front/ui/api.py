@@ -152,7 +152,7 @@ def _error(error: RelayError) -> Response:
     return JSONResponse(error_body(error), status_code=status, headers={"cache-control": "no-store"})
 
 
-def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     text = request.query_params.get(name)
     if text is None or text == "":
         return default
@@ -161,7 +161,7 @@ def query_int(request: Request, name: str, default: int, low: int, high: int) ->
     return int(text)
 
 
-def envelope_json(stored: StoredEnvelope) -> dict[str, object]:
+def _envelope(stored: StoredEnvelope) -> dict[str, object]:
     fields = stored.fields
     return {
         "id": stored.envelope_id,
@@ -250,8 +250,8 @@ class _Views:
         return await self.d.overview.page(
             sort,
             order == "desc",
-            query_int(request, "offset", 0, 0, 1_000_000),
-            query_int(request, "limit", 100, 1, 500),
+            _int(request, "offset", 0, 0, 1_000_000),
+            _int(request, "limit", 100, 1, 500),
             prefix,
         )
 
@@ -260,12 +260,12 @@ class _Views:
         after = request.query_params.get("after") or None
         if after is not None and not is_envelope_id(after):
             raise InvalidArgument("after", "envelope_id.pattern", "must be an envelope id from this page")
-        limit = query_int(request, "limit", INBOX_PAGE, 1, MAX_INBOX_PAGE)
+        limit = _int(request, "limit", INBOX_PAGE, 1, MAX_INBOX_PAGE)
         envelopes = await self.d.view.unacknowledged(agent, limit=limit, after=after)
         return {
             "agent": agent,
             "overview": await self.d.overview.agent(agent),
-            "envelopes": [envelope_json(e) for e in envelopes],
+            "envelopes": [_envelope(e) for e in envelopes],
             "more": len(envelopes) == limit,
         }
 
@@ -283,7 +283,7 @@ class _Views:
             kept = self._threads.get(envelope_id)
             if kept is None:
                 found = await self.d.view.thread(envelope_id, limit=THREAD_LIMIT)
-                kept = (time.monotonic(), [{**envelope_json(e), "depth": d} for e, d in _tree(found)])
+                kept = (time.monotonic(), [{**_envelope(e), "depth": d} for e, d in _tree(found)])
                 self._threads[envelope_id] = kept
         return {"id": envelope_id, "envelopes": kept[1]}
 

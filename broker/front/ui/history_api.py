@@ -22,7 +22,7 @@ from broker import schemas
 from broker.agent_message import KIND_LABELS
 from broker.envelope import format_ms
 from broker.errors import InvalidArgument
-from broker.front.ui.api import Caller, Dashboard, envelope_json, json_endpoint, query_int
+from broker.front.ui.api import Caller, Dashboard, _envelope, _int, json_endpoint
 from broker.history import agent_mail, mail_cursor, merged, moment, words
 from broker.ids import check_agent_id
 from broker.mail_search import everyone
@@ -44,7 +44,7 @@ def routes(dashboard: Dashboard, session_of: Callable[[Request], Caller]) -> lis
 def entry_json(entry: Archived) -> dict[str, object]:
     """One history entry: the envelope as the inbox showed it, and how and when it left the inbox."""
     return {
-        **envelope_json(entry.envelope),
+        **_envelope(entry.envelope),
         "outcome": entry.outcome,
         "reason": entry.reason,
         "left_at": format_ms(entry.archived_at_ms),
@@ -115,7 +115,7 @@ class _HistoryViews:
         return HistoryQuery(since_ms=since, until_ms=until, sender=sender, kind=kind, words=words)
 
     def _page(self, request: Request) -> tuple[int, str | None]:
-        limit = query_int(request, "limit", HISTORY_PAGE, 1, MAX_HISTORY_PAGE)
+        limit = _int(request, "limit", HISTORY_PAGE, 1, MAX_HISTORY_PAGE)
         after = request.query_params.get("after") or None
         if after is not None:
             try:
