@@ -10,7 +10,11 @@ with ``relay dashboard-url``, and times over HTTP (median of ``--rounds``):
 - ``/ui/api/agents``: the first read (the overview of every agent, one read-only script call each,
   no envelope read) and a cached one (the shared snapshot), sorted by oldest age, one page of 100 rows;
 - ``/ui/api/inbox`` of the deepest agent: one page of 50 envelopes;
-- ``/ui/api/thread`` of one envelope (the operator view reads every stored envelope for it);
+- ``/ui/api/thread`` of one envelope (the walk of the replies index, docs/history.md);
+- ``/ui/api/history`` of the agent with the longest history (``--archived``: the share of each inbox
+  acknowledged, so kept in the history): one page of 50, and with a word no text holds (the walk
+  reads the page plus ``HISTORY_SCAN`` entries, then answers a cursor); ``/ui/api/search`` for such a
+  word in every agent's history (each read that far: the costliest page) and in one agent's;
 - with ``--browser`` and Chromium installed: the agents page in headless Chromium, signed in, from a
   reload to the table drawn, and a click on a column header until the re-sorted table is drawn.
 
@@ -43,7 +47,7 @@ CONTRACT = AgentMessageContract()
 TEXT = "x" * 200
 
 
-async def fill(url: str, agents: int, envelopes: int) -> None:
+async def fill(url: str, agents: int, envelopes: int, archived: float) -> None:
     async with redis_relays(CONTRACT, url, 1, prefix="relay") as (relay,):
         host = ClaudeCodeAddress.parse("127.0.0.1:14111")
         names = [f"agent-{i:04d}" for i in range(agents)]
@@ -58,6 +62,18 @@ async def fill(url: str, agents: int, envelopes: int) -> None:
         ]
         for start in range(0, len(plan), 500):
             await asyncio.gather(*(relay.send(names[0], to, body) for to in plan[start : start + 500]))
+
+        async def archive(agent: str, count: int) -> None:
+            while count > 0:  # bounded: each round acknowledges at least one envelope or stops
+                got = await relay.fetch(agent, min(count, 256), session=f"{agent}-s")
+                if not got:
+                    return
+                await relay.ack(agent, [e.id for e in got], session=f"{agent}-s")
+                count -= len(got)
+
+        share = {name: round(plan.count(name) * archived) for name in names} if archived else {}
+        for start in range(0, agents, 50):
+            await asyncio.gather(*(archive(a, share[a]) for a in names[start : start + 50] if share.get(a)))
 
 
 def timed(call: object, rounds: int) -> float:
@@ -76,6 +92,7 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--envelopes", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--archived", type=float, default=0.5, help="share of each inbox acknowledged")
     parser.add_argument("--browser", action="store_true", help="also time the page in headless Chromium")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="relay-dashboard-bench-"))
@@ -83,7 +100,7 @@ def main() -> int:
     server.start()
     try:
         began = time.perf_counter()
-        asyncio.run(fill(server.url, args.agents, args.envelopes))
+        asyncio.run(fill(server.url, args.agents, args.envelopes, args.archived))
         print(
             f"filled {args.agents} agents, ~{args.envelopes} envelopes in {time.perf_counter() - began:.1f} s"
         )
@@ -133,13 +150,35 @@ def measure(serve: ServeProcess, key: Path, args: argparse.Namespace) -> dict[st
             f"{timed(lambda: http.get('/ui/api/inbox', params={'agent': deepest}), args.rounds):.1f}"
         )
         some = http.get("/ui/api/inbox", params={"agent": deepest}).json()["envelopes"][0]["id"]
-        # a thread reads every stored envelope (in pages): the expensive view, then kept for 10 s
+        # a thread: the walk of the replies index, then kept for 10 s
         figures["thread_first_ms"] = (
             f"{timed(lambda: http.get('/ui/api/thread', params={'id': some}), 1):.0f}"
         )
         figures["thread_kept_ms"] = f"{timed(lambda: http.get('/ui/api/thread', params={'id': some}), 3):.1f}"
+        figures.update(histories(http, deepest, args.rounds))
     if args.browser:
         figures.update(browser(serve, key))
+    return figures
+
+
+def histories(http: httpx2.Client, agent: str, rounds: int) -> dict[str, str]:
+    """The history and search pages' API: ``agent``'s history (the longest: the deepest inbox had the
+    largest share archived), plain and with a word no text holds, and search for that word."""
+
+    def get(path: str, **params: str) -> None:
+        answer = http.get(path, params=params)
+        assert answer.status_code == 200, answer.text
+
+    rows = http.get("/ui/api/history", params={"agent": agent, "limit": "200"}).json()["entries"]
+    asks = {
+        "history_page_ms": ("/ui/api/history", {"agent": agent}),
+        "history_text_miss_ms": ("/ui/api/history", {"agent": agent, "text": "nothing"}),
+        "search_agent_miss_ms": ("/ui/api/search", {"agent": agent, "words": "nothing"}),
+        "search_all_miss_ms": ("/ui/api/search", {"words": "nothing"}),
+    }
+    figures = {"history_entries_page": str(len(rows))}
+    for name, (path, params) in asks.items():
+        figures[name] = f"{timed(lambda path=path, params=params: get(path, **params), rounds):.1f}"
     return figures
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Final
 
-from broker.envelope import format_ms
+from broker.envelope import format_ms, to_ms
 from broker.ids import decode_envelope_id
 from broker.limits import HISTORY_SCAN
 from broker.ports import Archived, HistoryPage, HistoryQuery, IOperatorView
+from broker.text import escaped
 
 WORD: Final = re.compile(r"\w+")
 
@@ -174,9 +176,22 @@ async def agent_mail(
     agent's mail is returned or counted: every history other than ``agent``'s own is read with
     ``sender = agent``, and what was read is not reported. Each history is read once per page
     (``IOperatorView.history``: at most the page plus ``HISTORY_SCAN`` entries each)."""
-    start = mail_cursor(after) if after is not None else None
     sent = replace(query, sender=agent)
     asks = [(agent, query), *((other, sent) for other in others if other != agent)]
+    return await merged(view, asks, limit, after)
+
+
+async def merged(
+    view: IOperatorView,
+    asks: Sequence[tuple[str, HistoryQuery]],
+    limit: int,
+    after: str | None = None,
+) -> Mail:
+    """The entries of several histories (``asks``: each holder's history and what is asked of it) as one
+    listing in the order of (time it left the inbox, position, holder), at most ``limit``, after the
+    cursor ``after`` (a ``MAIL_CURSOR``). Each history is read once per page, at most the page plus
+    ``HISTORY_SCAN`` entries of it; a cursor stops where every history was read at least as far."""
+    start = mail_cursor(after) if after is not None else None
     found: list[Archived] = []
     stops: list[tuple[int, int, str]] = []
     for holder, asked in asks:
@@ -195,3 +210,22 @@ async def agent_mail(
         found = found[:limit]
         bound = _order(found[-1])
     return Mail(found, None if bound is None else f"{bound[0]}-{bound[1]}@{bound[2]}")
+
+
+_AGO: Final = re.compile(r"\A([0-9]{1,9})([smhd])\Z")
+_UNIT_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def moment(text: str, now: int) -> int:
+    """The ms a ``since``/``until`` given by a person means: an age before ``now`` (``90s``, ``30m``,
+    ``2h``, ``7d``) or an ISO-8601 time (UTC unless it names a zone); ``ValueError`` otherwise."""
+    ago = _AGO.match(text)
+    if ago is not None:
+        return now - int(ago.group(1)) * _UNIT_MS[ago.group(2)]
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"{escaped(text)[:60]!r} is neither ISO-8601 (2026-12-01T09:00:00Z) nor an age (30m, 2h, 7d)"
+        ) from None
+    return to_ms(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC))

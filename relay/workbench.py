@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.delivery import RedisDeliveryQueue
 from adapters.redis.inspect import redacted
+from adapters.redis.operator_view import RedisOperatorView
 from adapters.workbench import SessionMessaging
 from adapters.workbench.runtime import Provider, Runtime, SessionSpec, WorkbenchSessions
 from broker.agent_message import AgentMessage, AgentMessageContract
@@ -111,7 +112,10 @@ async def host(
     every agent is registered. ``prefix`` (the store's key prefix) and ``sessions`` are for tests and
     the benchmark."""
     stop = stop or _stop_on_signals()
-    async with messenger_on(url, delivery_settings(loaded), prefix=prefix) as messenger:
+    connection = RedisConnection(_redis(url, prefix))
+    # the sessions' search_agent_messages reads the histories through the messenger's own connection
+    view = RedisOperatorView(connection)
+    async with messenger_over(connection, delivery_settings(loaded)) as messenger:
         stopping: set[asyncio.Task[None]] = set()
         messaging: SessionMessaging | None = None
 
@@ -125,7 +129,7 @@ async def host(
             sessions = WorkbenchSessions()
         sessions.on_unavailable = unavailable
         try:
-            async with SessionMessaging(messenger, sessions) as messaging:
+            async with SessionMessaging(messenger, sessions, view) as messaging:
                 planned = specs(loaded, data_dir)
                 for _, spec in planned:
                     spec.directory.mkdir(parents=True, exist_ok=True)
@@ -167,8 +171,15 @@ async def messenger_on(
 ) -> AsyncIterator[Messenger[AgentMessage]]:
     """The Workbench host's started messenger on the store at ``url`` (the messenger conformance suite
     runs on it: tests/test_messenger_conformance.py)."""
-    redis = RedisSettings(url=url) if prefix is None else RedisSettings(url=url, prefix=prefix)
-    connection = RedisConnection(redis)
+    async with messenger_over(RedisConnection(_redis(url, prefix)), settings) as messenger:
+        yield messenger
+
+
+@contextlib.asynccontextmanager
+async def messenger_over(
+    connection: RedisConnection, settings: DeliverySettings
+) -> AsyncIterator[Messenger[AgentMessage]]:
+    """A started messenger on ``connection`` (its relay and delivery queue share it)."""
     relay = Relay(
         AgentMessageContract(),
         RedisInboxStore(connection),
@@ -177,6 +188,10 @@ async def messenger_on(
     )
     async with relay, Messenger(relay, RedisDeliveryQueue(connection), settings) as messenger:
         yield messenger
+
+
+def _redis(url: str, prefix: str | None) -> RedisSettings:
+    return RedisSettings(url=url) if prefix is None else RedisSettings(url=url, prefix=prefix)
 
 
 def _stop_on_signals() -> asyncio.Event:

@@ -16,7 +16,7 @@ runtime = "copilot"             # or "claude-agent"
 model = "gpt-4.1"
 dir = "work/planner"            # the session's working folder (created if missing)
 instructions = "You plan the work and ask builder for changes."
-tools = []                      # the runtime's own tools it may use, beyond relay's two
+tools = []                      # the runtime's own tools it may use, beyond relay's own
 max_queued = 8                  # optional: prompts a busy session holds before it refuses more
 cli_path = "/path/to/cli"       # optional: the runtime's CLI (default: the SDK's)
 [agent.provider]                # optional: BYOK; without it the SDK's own login is used
@@ -86,7 +86,7 @@ class AgentConfig(_Model):
     @classmethod
     def _not_relays(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
-            if name in ("register_agent", "send_agent_message"):
+            if name in ("register_agent", "send_agent_message", "search_agent_messages"):
                 raise ValueError(f"{name!r} is relay's own tool, always given: leave it out")
         return value
 

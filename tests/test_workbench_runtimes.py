@@ -56,6 +56,12 @@ def _prompt_id(recorded: Recorded, agent: str) -> str:
     return str(found[-1])
 
 
+def _tool_names(recorded: Recorded) -> set[str]:
+    """The tools a request offers the model (Messages: ``name``; chat completions: ``function.name``)."""
+    tools = recorded.body.get("tools") or []
+    return {str(t.get("name") or t.get("function", {}).get("name")) for t in tools}
+
+
 def _expected_prompt(sent: dict[str, Any], sender: str, to: str, text: str, tier: Tier) -> str:
     envelope = Envelope(
         id=sent["id"],
@@ -141,6 +147,10 @@ async def test_mcp_copilot_and_claude_agents_talk_through_relay(
             (reply,) = await _inbox(front, "cc", "cc-1", 1)
             assert reply["from"] == "planner" and reply["tier"] == "host"
             assert reply["message"] == {"kind": 3, "text": "plan ready", "in_reply_to": asked["id"]}
+
+            # relay's tools reach both models through their SDKs, the search of their own mail among them
+            assert {"send_agent_message", "search_agent_messages"} <= _tool_names(first)
+            assert {SEND, "mcp__relay__search_agent_messages"} <= _tool_names(to_builder)
 
             # the in-process leg: planner -> builder -> planner, tier in_process both ways
             assert "from: planner\nkind: request (2)\n" in to_builder.text()

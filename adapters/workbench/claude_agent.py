@@ -3,7 +3,7 @@ which bundles Claude Code 2.1.332).
 
 Each session is one ``ClaudeSDKClient`` (one ``claude`` process, stream-JSON over stdio):
 
-- relay's two tools are an in-process SDK MCP server named ``relay`` (``mcp__relay__send_agent_message``
+- relay's tools are an in-process SDK MCP server named ``relay`` (``mcp__relay__send_agent_message``
   ...), bound to the session's agent; the model gets only them and the configured ``tools``
   (``allowed_tools``, no setting sources: the folder's own settings and hooks are not loaded);
 - prompts are written with ``verbatim_prompts`` (no ``@path`` expansion, no slash commands from a

@@ -4,7 +4,7 @@ the Copilot CLI from npm ``@github/copilot`` 1.0.102).
 Each session is one ``CopilotClient`` (one CLI process, JSON-RPC over stdio, SDK protocol 3) with one
 session in it:
 
-- relay's two tools are Copilot custom tools (``skip_permission``), bound to the session's agent; the
+- relay's tools are Copilot custom tools (``skip_permission``), bound to the session's agent; the
   model is offered only them and the configured ``tools`` (``available_tools``);
 - with a provider the session uses it (BYOK, ``provider={"type", "base_url", "api_key"}``; chat
   completions for ``openai``), without one the CLI's own login;

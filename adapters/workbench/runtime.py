@@ -2,7 +2,7 @@
 
 A *runtime* (``adapters.workbench.copilot``, ``adapters.workbench.claude_agent``; each imports its SDK,
 this module imports none) opens a ``LiveSession`` for a ``SessionSpec``: one SDK session in its own
-CLI process, with the session's two relay tools (``SessionMessaging.tools(session, agent=...)``).
+CLI process, with the session's relay tools (``SessionMessaging.tools(session, agent=...)``).
 ``WorkbenchSessions`` is the host's ``PromptQueue`` over them:
 
 - ``submit`` returns only once the live session *accepted* the prompt (each runtime says what that
@@ -64,7 +64,7 @@ class SessionSpec:
     """Where the runtime keeps this session's state (SDK config, transcripts, the resume id)."""
     instructions: str = ""
     tools: tuple[str, ...] = ()
-    """The runtime's own tools the session may use, beyond relay's two."""
+    """The runtime's own tools the session may use, beyond relay's own."""
     provider: Provider | None = None
     cli_path: str | None = None
     """The runtime's CLI binary; None: the SDK's default."""

@@ -1,8 +1,9 @@
 """Workbench session messaging: in-process agent sessions as relay agents (``SessionMessaging``).
 
-A host application runs in-process agent sessions (Workbench). For each session it exposes two tools,
-``register_agent`` and ``send_agent_message`` (``SessionMessaging.tools``: plain async callables with
-JSON schemas), and it implements ``PromptQueue``. Every message addressed to a Workbench agent becomes
+A host application runs in-process agent sessions (Workbench). For each session it exposes the tools
+``register_agent`` and ``send_agent_message``, and ``search_agent_messages`` when it gives an operator
+view of the store (``SessionMessaging.tools``: plain async callables with JSON schemas), and it
+implements ``PromptQueue``. Every message addressed to a Workbench agent becomes
 a queued prompt in that agent's session; the envelope is acknowledged only after ``submit`` returned,
 so a failed submission is retried with backoff, and dead-lettered after ``max_attempts``
 (``broker.messenger``; docs/delivery.md).
@@ -30,7 +31,9 @@ it, so a text cannot fake the end of the message, a header or the closing remind
 
 A session's tools can be bound to one agent (``tools(session, agent=...)``, what the Workbench host
 gives its SDK sessions): its ``register_agent`` then takes no agent id and registers that agent only,
-so the session's model cannot speak as anyone else.
+so the session's model cannot speak as anyone else. ``search_agent_messages`` takes the arguments of
+``SearchAgentMessages`` and answers its result (``broker.mail_search``), for the session's own agent
+only: mail that agent sent or received, never another agent's.
 """
 
 from __future__ import annotations
@@ -44,13 +47,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
-from broker import schemas
+from broker import mail_search, schemas
 from broker.addresses import WorkbenchAddress
 from broker.agent_message import KIND_LABELS, AgentMessage
 from broker.envelope import Envelope, format_ms
 from broker.errors import InvalidArgument, RelayError, error_body
 from broker.ids import check_agent_id, check_session_id
 from broker.messenger import Messenger
+from broker.ports import IOperatorView
 
 log = logging.getLogger("relay.workbench")
 
@@ -146,9 +150,14 @@ class SessionMessaging:
     directly by a host that manages its own tasks.
     """
 
-    def __init__(self, messenger: Messenger[AgentMessage], prompts: PromptQueue) -> None:
+    def __init__(
+        self, messenger: Messenger[AgentMessage], prompts: PromptQueue, view: IOperatorView | None = None
+    ) -> None:
         self.messenger = messenger
         self.prompts = prompts
+        self.view = view
+        """The histories ``search_agent_messages`` reads (the tool is given only when set): a view of
+        the messenger's store, opened by the host."""
         self._agents: dict[str, str] = {}
         """session -> the agent it registered"""
         self._loops: dict[str, tuple[str, asyncio.Event, asyncio.Task[None]]] = {}
@@ -175,8 +184,9 @@ class SessionMessaging:
                 await task
 
     def tools(self, session: str, *, agent: str | None = None) -> list[SessionTool]:
-        """The ``register_agent`` and ``send_agent_message`` tools of ``session``; with ``agent``, bound
-        to it: ``register_agent`` takes no arguments and registers ``agent`` only."""
+        """The ``register_agent`` and ``send_agent_message`` tools of ``session`` (and
+        ``search_agent_messages`` with a view); with ``agent``, bound to it: ``register_agent`` takes no
+        arguments and registers ``agent`` only."""
         check_session_id(session)
         bound = None if agent is None else check_agent_id(agent)
 
@@ -196,6 +206,12 @@ class SessionMessaging:
             except RelayError as exc:
                 return error_body(exc)
 
+        async def search_agent_messages(arguments: Mapping[str, object]) -> ToolResult:
+            try:
+                return await self._search(session, bound, arguments)
+            except RelayError as exc:
+                return error_body(exc)
+
         register_text = (
             "Register this session as an agent of the relay, so other agents can message it; its "
             "messages arrive here as prompts. Registering again from another session moves the agent "
@@ -205,7 +221,7 @@ class SessionMessaging:
             "prompts. The host already did it at start: call it only if a tool says the session is not "
             "registered."
         )
-        return [
+        tools = [
             SessionTool(
                 "register_agent",
                 register_text,
@@ -221,6 +237,16 @@ class SessionMessaging:
                 send_agent_message,
             ),
         ]
+        if self.view is not None:
+            tools.append(
+                SessionTool(
+                    "search_agent_messages",
+                    mail_search.DESCRIPTION,
+                    schemas.SEARCH_ARGUMENTS,
+                    search_agent_messages,
+                )
+            )
+        return tools
 
     async def register(self, session: str, agent: str) -> ToolResult:
         """Register ``session`` as ``agent`` (what its ``register_agent`` tool does) and, while running,
@@ -276,6 +302,16 @@ class SessionMessaging:
         body = self.messenger.relay.contract.from_json(arguments.get("message"))
         sent = await self.messenger.send(agent, to, body, session=session)
         return schemas.sent_result(sent)
+
+    async def _search(self, session: str, bound: str | None, arguments: Mapping[str, object]) -> ToolResult:
+        accepted = mail_search.accepted("search_agent_messages", arguments)
+        agent = bound if bound is not None else self._agents.get(session)
+        if agent is None or self.view is None:
+            raise InvalidArgument(
+                "session", "session.registered", "this session has no agent yet; call register_agent first"
+            )
+        # the session's own agent, from this session only (a session that lost it to another is refused)
+        return await mail_search.search(self.messenger.relay, self.view, agent, session, accepted)
 
     def _start(self, agent: str, session: str) -> None:
         current = self._loops.get(agent)

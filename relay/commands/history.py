@@ -12,12 +12,12 @@ import argparse
 import asyncio
 import json
 import re
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.agent_message import KIND_LABELS
-from broker.envelope import format_ms, to_ms
+from broker.envelope import format_ms
 from broker.history import check_cursor
+from broker.history import moment as history_moment
 from broker.ids import check_agent_id
 from broker.limits import MAX_FETCH_LIMIT
 from broker.ports import Archived, HistoryPage, HistoryQuery
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from adapters.redis.operator_view import RedisOperatorView
     from relay.commands import Subparsers
 
-_AGO: Final = re.compile(r"\A([0-9]{1,9})([smhd])\Z")
-_UNIT_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 ENDED: Final = "-"
 """The part of a ``--with`` cursor whose history was read to its end."""
 
@@ -85,21 +83,14 @@ def _paging(parser: argparse.ArgumentParser) -> None:
 
 
 def moment(text: str | None, option: str, now: int) -> int | None:
-    """The ms of ``--since``/``--until`` text: an age before ``now`` or an ISO-8601 time (UTC unless
-    it names a zone); a usage error naming the option otherwise."""
+    """The ms of ``--since``/``--until`` text (``broker.history.moment``); a usage error naming the
+    option otherwise."""
     if text is None:
         return None
-    ago = _AGO.match(text)
-    if ago is not None:
-        return now - int(ago.group(1)) * _UNIT_MS[ago.group(2)]
     try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(
-            f"{option} {escaped(text)[:60]!r} is neither ISO-8601 (2026-12-01T09:00:00Z) "
-            "nor an age (30m, 2h, 7d)"
-        ) from None
-    return to_ms(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC))
+        return history_moment(text, now)
+    except ValueError as exc:
+        raise UsageError(f"{option} {exc}") from None
 
 
 def _query(args: argparse.Namespace, now: int, **more: Any) -> HistoryQuery:

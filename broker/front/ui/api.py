@@ -107,22 +107,32 @@ class Refused(Exception):
 Handler = Callable[[Request, Caller], Awaitable[object]]
 
 
+def json_endpoint(
+    session_of: Callable[[Request], Caller], handler: Handler
+) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` as a route's endpoint: the caller's session checked first, its answer as JSON, a
+    refusal as ``{"error": ...}`` with its status, anything unexpected one log line and a retryable
+    answer (no traceback)."""
+
+    async def run(request: Request) -> Response:
+        try:
+            caller = session_of(request)
+            data = await handler(request, caller)
+        except Refused as exc:
+            return exc.response()
+        except RelayError as exc:
+            return _error(exc)
+        except Exception as exc:  # one line in the log, a retryable answer, no traceback
+            log.error("dashboard %s failed: %s", request.url.path, failure(exc))
+            return _error(InternalError())
+        return JSONResponse(data, headers={"cache-control": "no-store"})
+
+    return run
+
+
 def routes(dashboard: Dashboard, session_of: Callable[[Request], Caller]) -> list[Route]:
     def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        async def run(request: Request) -> Response:
-            try:
-                caller = session_of(request)
-                data = await handler(request, caller)
-            except Refused as exc:
-                return exc.response()
-            except RelayError as exc:
-                return _error(exc)
-            except Exception as exc:  # one line in the log, a retryable answer, no traceback
-                log.error("dashboard %s failed: %s", request.url.path, failure(exc))
-                return _error(InternalError())
-            return JSONResponse(data, headers={"cache-control": "no-store"})
-
-        return run
+        return json_endpoint(session_of, handler)
 
     views = _Views(dashboard)
     return [
@@ -265,8 +275,8 @@ class _Views:
             raise InvalidArgument(
                 "id", "envelope_id.pattern", "must be an envelope id (env_ + 26 characters)"
             )
-        # A thread is found by reading every stored envelope: one such read at a time in this process,
-        # and its answer kept THREAD_KEEP_SECONDS for every viewer of that thread.
+        # One thread read at a time in this process (a store without the replies index falls back to
+        # reading every envelope), its answer kept THREAD_KEEP_SECONDS for every viewer of that thread.
         async with self._thread_lock:
             now = time.monotonic()
             self._threads = {k: v for k, v in self._threads.items() if now - v[0] < THREAD_KEEP_SECONDS}

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.errors import RelayError
 from broker.front.guards import LOOPBACK_NAMES, BodyGuard, HostCheck
-from broker.front.ui import api
+from broker.front.ui import api, history_api
 from broker.front.ui.access import SESSION_TTL, AccessDenied
 from broker.front.ui.api import Dashboard
 
@@ -103,6 +103,7 @@ def create_dashboard(dashboard: Dashboard) -> ASGIApp:
         Route("/login", login, methods=["GET"]),
         Route("/api/logout", logout, methods=["POST"]),
         *api.routes(dashboard, session_of),
+        *history_api.routes(dashboard, session_of),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     # Loopback Host and Origin only (a site rebinding its name to 127.0.0.1 gets nothing), bodies

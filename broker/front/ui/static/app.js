@@ -41,6 +41,10 @@
   function link(hash, label) { return el("a", { href: hash }, label); }
   function agentHref(id) { return "#/agent/" + encodeURIComponent(id); }
   function threadHref(id) { return "#/thread/" + encodeURIComponent(id); }
+  function historyHref(id, params) {
+    const more = query(params || {});
+    return "#/history/" + encodeURIComponent(id) + (more ? "?" + more : "");
+  }
 
   function age(seconds) {
     if (seconds === null || seconds === undefined) return "-";
@@ -167,7 +171,7 @@
         el("div", {}, el("b", {}, data.totals.dead), "dead letters"));
       const t = data.thresholds;
       body.replaceChildren(...data.agents.map((a) => el("tr", { "data-agent": a.agent },
-        el("td", {}, link(agentHref(a.agent), a.agent)),
+        el("td", {}, link(agentHref(a.agent), a.agent), " ", el("a", { href: historyHref(a.agent), class: "muted small" }, "history")),
         el("td", {}, a.provider || "-"),
         el("td", {}, a.tier || "-"),
         el("td", { class: "mono" }, a.session || "-"),
@@ -196,7 +200,8 @@
       el("table", { id: "inbox" }, el("thead", {}, el("tr", {},
         el("th", {}, "Envelope"), el("th", {}, "From"), el("th", {}, "Kind"), el("th", {}, "Sent"),
         el("th", { class: "num" }, "Deliveries"), el("th", {}, "Text"))), body),
-      el("div", { class: "toolbar" }, more, link("#/compose?to=" + encodeURIComponent(agent), "Write to this agent")));
+      el("div", { class: "toolbar" }, more, link("#/compose?to=" + encodeURIComponent(agent), "Write to this agent"),
+        link(historyHref(agent), "History of this agent")));
 
     function render(data) {
       const o = data.overview;
@@ -225,17 +230,18 @@
     const list = el("div", { id: "thread" });
     const again = el("button", { type: "button", class: "secondary" }, "Refresh");
     view.replaceChildren(el("h1", {}, "Thread of ", el("span", { class: "mono" }, id)),
-      el("p", { class: "muted" }, "Envelopes linked by in_reply_to, each followed by its answers (acknowledged ones are gone)."),
+      el("p", { class: "muted" }, "Envelopes linked by in_reply_to, each followed by its answers: queued ones and those that left their inbox (acknowledged, dead-lettered or expired: kept in the recipient's history for the history retention)."),
       el("div", { class: "toolbar" }, again), list);
-    // Not polled: finding a thread reads every stored envelope, so it is read when asked for.
+    // Not polled: a thread is read when asked for (on opening and on Refresh).
     async function load() {
       const data = await api("thread?" + query({ id }));
-      if (!data.envelopes.length) { list.replaceChildren(el("p", {}, "No stored envelope in this thread.")); return; }
+      if (!data.envelopes.length) { list.replaceChildren(el("p", {}, "No envelope of this thread is stored (or its history retention has passed).")); return; }
       list.replaceChildren(...data.envelopes.map((e) => el("article", { class: "message depth-" + Math.min(e.depth, 8) + (e.id === id ? " focus" : ""), "data-envelope": e.id },
         el("div", { class: "meta" },
           link(agentHref(e.from), e.from), " → ", link(agentHref(e.to), e.to), " · ", e.kind || "-", " · ", e.sent_at,
           " · ", link(threadHref(e.id), e.id),
           e.in_reply_to ? el("span", {}, " · in reply to ", link(threadHref(e.in_reply_to), e.in_reply_to)) : null,
+          " · ", link(historyHref(e.to, { with: e.from }), "conversation"),
           " · ", link("#/compose?" + query({ to: e.from, reply: e.id }), "Reply")),
         el("div", { class: "text" }, e.text || ""),
         e.reference ? el("div", { class: "muted" }, "reference: ", el("a", { href: e.reference, rel: "noopener noreferrer", target: "_blank" }, e.reference)) : null)));
@@ -374,6 +380,10 @@
 
   // -- routing -----------------------------------------------------------------------------------
 
+  // What the pages of history.js build with (the same helpers: text through textContent only).
+  const ui = { view, el, link, api, query, notice, setStatus, agentHref, threadHref, historyHref,
+    generation: () => generation };
+
   function route() {
     generation += 1;
     clearTimeout(timer);
@@ -384,6 +394,8 @@
     for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === page);
     if (page === "agent" && parts[1]) agentPage(parts[1]);
     else if (page === "thread" && parts[1]) threadPage(parts[1]);
+    else if (page === "history" && parts[1]) window.relayHistory.historyPage(ui, parts[1], new URLSearchParams(search || ""));
+    else if (page === "search") window.relayHistory.searchPage(ui, new URLSearchParams(search || ""));
     else if (page === "dead") deadPage();
     else if (page === "compose") composePage(new URLSearchParams(search || ""));
     else if (page === "traffic") trafficPage();
