@@ -8,6 +8,7 @@ refreshes the screenshots the docs show."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,11 @@ async def _seed(url: str) -> Seeded:
             got = await relay.fetch(to, 16, session=f"{to}-1")
             assert [e.id for e in got] == [sent]
             assert await relay.ack(to, [sent], session=f"{to}-1")
+            # histories merge by when each envelope left, and by holder within one millisecond: one
+            # envelope a millisecond keeps the thread's order that of the conversation
+            left = time.time_ns() // 1_000_000
+            while time.time_ns() // 1_000_000 == left:
+                await asyncio.sleep(0)
             return sent
 
         request = await send("alice", "bob", "request", "Can you review PR 12?")
