@@ -10,11 +10,12 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.entries import tier_of
-from adapters.redis.errors import store_error
-from adapters.redis.protocol_operator import Registered, register_call
+from adapters.redis.errors import Refused, refusal
+from adapters.redis.inbox import purge_inbox
+from adapters.redis.protocol_operator import Registered, Retirement, register_call, retire_call
 from broker.addresses import Address
 from broker.envelope import now_ms, parse_ms
-from broker.ports import RegisterOutcome, Registration
+from broker.ports import RegisterOutcome, Registration, Retired
 
 
 class RedisRegistry:
@@ -35,7 +36,7 @@ class RedisRegistry:
                 )
             )
         except ResponseError as exc:
-            raise store_error(exc) from exc
+            raise refusal(exc, Refused(agent, session)) from exc
         registration = Registration(
             agent=agent,
             provider=address.provider,
@@ -74,6 +75,21 @@ class RedisRegistry:
             ]
 
         return await self.connection.call(run, idempotent=True) if agents else []
+
+
+    async def retire(self, agent: str, *, purge: bool = False) -> Retired:
+        connection = self.connection
+        call = retire_call(self.keys, agent, purge=purge)
+        try:
+            reply = Retirement.read(
+                await connection.script(
+                    connection.scripts.retire, call.keys, call.args, idempotent=True, durable=True
+                )
+            )
+        except ResponseError as exc:
+            raise refusal(exc, Refused(agent)) from exc
+        purged = await purge_inbox(connection, agent, reply.newest) if reply.newest else 0
+        return Retired(agent, reply.sessions, reply.now, purged)
 
 
 def _registration(agent: str, row: Mapping[str, str]) -> Registration:
