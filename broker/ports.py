@@ -343,8 +343,8 @@ class IInboxStore(Protocol):
         ``queued`` (in the inbox, never handed out), ``delivered`` (handed out ``deliveries`` times,
         not acknowledged), ``acknowledged`` (``deliveries``: hand-outs before the acknowledgement),
         ``dead_lettered`` (with ``reason``), ``expired``, ``purged`` (dropped from the inbox by an
-        operator: ``purge``, or ``IRegistry.retire`` with ``purge``); an id ``sender`` did not send, sent longer
-        than the status retention ago, or with its position changed, is ``unknown`` with no other
+        operator: ``purge``, or ``IRegistry.retire`` with ``purge``); an id ``sender`` did not send,
+        sent longer than the status retention ago, or with its position changed, is ``unknown`` with no other
         field, so one agent learns nothing about another's envelopes. A dead letter that was requeued
         (``IDeliveryQueue.requeue``) reads what the envelope it became reads, through up to
         ``REQUEUE_LINEAGE`` requeues; the new id is the recipient's, not the sender's (``unknown``).

@@ -46,9 +46,9 @@ from adapters.redis.protocol_inbox import (
     ack_call,
     fetch_call,
     purge_call,
-    read_purged,
     read_acked,
     read_noted,
+    read_purged,
     read_swept,
     status_call,
     status_index_call,
@@ -323,7 +323,9 @@ async def purge_inbox(
     dropped = 0
     for _ in range(PURGE_MAX_CALLS if upto else 0):
         outcomes, until = outcome_hash(connection, agent, clock())
-        call = purge_call(connection.keys, agent, upto=upto, batch=PURGE_BATCH, outcomes=outcomes, until=until)
+        call = purge_call(
+            connection.keys, agent, upto=upto, batch=PURGE_BATCH, outcomes=outcomes, until=until
+        )
         reply = await connection.script(connection.scripts.purge, call.keys, call.args, idempotent=True)
         n, more = read_purged(reply)
         dropped += n

@@ -76,7 +76,6 @@ class RedisRegistry:
 
         return await self.connection.call(run, idempotent=True) if agents else []
 
-
     async def retire(self, agent: str, *, purge: bool = False) -> Retired:
         connection = self.connection
         call = retire_call(self.keys, agent, purge=purge)

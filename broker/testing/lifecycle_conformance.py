@@ -65,7 +65,12 @@ class LifecycleConformance(ABC, Generic[Body]):
             sent = [(await relay.send("alice", "bob", self.body(n))).id for n in range(2)]
             await relay.fetch("bob", 1)
             done = await it.registry.retire("bob")
-            assert (done.agent, done.sessions, done.now, done.purged) == ("bob", ("s-bob-2", "s-bob"), True, 0)
+            assert (done.agent, done.sessions, done.now, done.purged) == (
+                "bob",
+                ("s-bob-2", "s-bob"),
+                True,
+                0,
+            )
             with pytest.raises(UnknownRecipient):
                 await relay.send("alice", "bob", self.body(3))
             for session in ("s-bob-2", "s-bob", None):

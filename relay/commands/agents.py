@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from broker.envelope import format_ms
 from broker.ports import AgentOverview, AgentsPage
 from broker.text import counted, escaped, shown
-from relay.commands import bounded_int
+from relay.commands import bounded_int, lifecycle
 from relay.settings import ShellSettings, add_options, load
 from relay.shell import brief, operator_view, table
 
@@ -46,6 +46,8 @@ def register(subparsers: Subparsers) -> None:
     )
     add_options(parser, ShellSettings)
     parser.set_defaults(handler=_agents)
+    actions = parser.add_subparsers(dest="agents_action", metavar="ACTION", parser_class=type(parser))
+    lifecycle.add_retire(actions)
 
 
 def _agents(args: argparse.Namespace) -> int:
