@@ -561,9 +561,13 @@ class INoticeStore(Protocol):
         ...
 
     async def wait(
-        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int
+        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int, seen: bool = True
     ) -> Notice:
         """Announce what ``agent`` was not told about, parking up to ``seconds`` for it.
+
+        With ``seen`` (the agent's own wait, not a webhook notification's read) each look, the first
+        and every one after a wake-up, moves the agent's last seen (``Registration.last_seen_ms``),
+        like a fetch: a parked wait keeps its agent ``live`` (``broker.presence``).
 
         Returns at once when something is to be announced (new envelopes, or a reminder falling due),
         else when it is, else an empty ``Notice`` after ``seconds``. ``listed`` caps ``envelopes``.

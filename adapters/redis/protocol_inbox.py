@@ -203,11 +203,14 @@ def _positions(
     return " ".join(str(positions[day]) for day in days)
 
 
-def notice_call(keys: Keys, agent: str, session: str, *, remind: int, listed: int, most: int) -> Call:
-    """``remind``: ms after the last notice a reminder is due (0: never)."""
+def notice_call(
+    keys: Keys, agent: str, session: str, *, remind: int, listed: int, most: int, seen: bool
+) -> Call:
+    """``remind``: ms after the last notice a reminder is due (0: never); ``seen``: the agent's own
+    wait (its last seen moves), not a webhook notification's read."""
     return Call(
         [keys.registration(agent), keys.inbox(agent), keys.notice(agent), keys.retired(agent)],
-        [session, remind, listed, most],
+        [session, remind, listed, most, 1 if seen else 0],
     )
 
 

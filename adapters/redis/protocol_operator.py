@@ -55,8 +55,8 @@ def webhook_secret_call(keys: Keys, agent: str, session: str, endpoint: str, sec
     return Call([keys.registration(agent)], [session, endpoint, secret])
 
 
-def webhook_release_call(keys: Keys, agent: str, holder: str) -> Call:
-    return Call([keys.webhook_claim(agent)], [holder])
+def webhook_release_call(keys: Keys, agent: str, holder: str, answered: str | None) -> Call:
+    return Call([keys.webhook_claim(agent), keys.registration(agent)], [holder, answered or ""])
 
 
 def inspect_call(keys: Keys, agent: str) -> Call:

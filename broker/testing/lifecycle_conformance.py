@@ -21,9 +21,10 @@ import pytest
 
 from broker.addresses import Address
 from broker.delivery import IDeliveryQueue
-from broker.envelope import Envelope, Tier
+from broker.envelope import Envelope, Tier, now_ms
 from broker.errors import AgentRetired, SessionSuperseded, UnknownRecipient, UnregisteredAgent
 from broker.ports import IInboxStore, IOperatorView, IRegistry
+from broker.presence import GONE, LIVE, PRESENCE_WINDOW_MS, presence
 from broker.relay import Relay
 from broker.testing.base import WAIT_BOUND
 from broker.testing.polling import eventually
@@ -56,6 +57,27 @@ class LifecycleConformance(ABC, Generic[Body]):
     async def _agents(self, relay: Relay[Body], *names: str) -> None:
         for name in names:
             await relay.register(name, self.address(Tier.HOST, name), f"s-{name}")
+
+    async def _seen(self, relay: Relay[Body], agent: str) -> int:
+        registration = await relay.registration(agent)
+        assert registration is not None and registration.last_seen_ms is not None
+        return registration.last_seen_ms
+
+    async def test_a_mail_pending_wait_is_a_sign_of_its_session(self) -> None:
+        async with self.make_lifecycle() as it:
+            relay = it.relay
+            await self._agents(relay, "bob")
+            before = await self._seen(relay, "bob")
+            await eventually(lambda: now_ms() > before + 2, WAIT_BOUND, "the clock moved on")
+            await relay.wait_for_mail("bob", "s-bob", 0)
+            after = await self._seen(relay, "bob")
+            assert after > before
+            page = await it.view.agents()
+            (bob,) = page.agents
+            assert bob.last_seen_ms == after and presence(bob.last_seen_ms, page.now_ms) == LIVE
+            assert presence(after, after + PRESENCE_WINDOW_MS) == LIVE
+            assert presence(after, after + PRESENCE_WINDOW_MS + 1) == GONE
+            assert presence(None, after) == GONE
 
     async def test_retire_ends_the_registration_and_refuses_its_sessions(self) -> None:
         async with self.make_lifecycle() as it:

@@ -8,6 +8,7 @@ local session = ARGV[1]
 local remind = tonumber(ARGV[2]) -- remind after, ms (0 = never)
 local listed = tonumber(ARGV[3]) -- envelopes to list
 local most = tonumber(ARGV[4]) -- envelopes to announce at most
+local seen = ARGV[5] -- '1': the agent's own wait, which records seen_at (note_seen, _session.lua)
 -- The cursor (the newest entry id announced) belongs to one session: another session starts again
 -- from the oldest entry. Entries after the cursor are announced and the cursor moves past them; with
 -- nothing new, a reminder of the unacknowledged entries is due `remind after` ms after the last notice.
@@ -22,6 +23,9 @@ local registered = redis.call('HMGET', registration, 'session', 'superseded')
 local refused = session_refusal(registered[1], registered[2], session, retired)
 if refused then
   return refused
+end
+if seen == '1' then
+  note_seen(registration)
 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
