@@ -41,6 +41,8 @@ class Registration:
     """The agent's last registration, fetch or acknowledgement (the store's clock); None if unknown."""
     superseded: tuple[str, ...] = ()
     """Sessions this registration replaced, newest first (at most ``SUPERSEDED_SESSIONS_KEPT``)."""
+    ended_at_ms: int | None = None
+    """When its session said it ended (``IRegistry.leave``; the store's clock); None if it did not."""
 
     @property
     def registered_at(self) -> datetime:
@@ -228,6 +230,14 @@ class IRegistry(Protocol):
         sorts after it (the next page). Raises ``BackendUnavailable``."""
         ...
 
+    async def leave(self, agent: str, session: str) -> bool:
+        """``session`` says it ended (its process exited): when it is ``agent``'s registered session,
+        note when (``Registration.ended_at_ms``, the store's clock) and answer True; its presence is
+        ``gone`` until its next sign. Nothing else changes: the registration, its inbox and every
+        other session's rights stay. Another session, or none registered, changes nothing (False).
+        Raises ``BackendUnavailable``."""
+        ...
+
     async def retire(self, agent: str, *, purge: bool = False) -> Retired:
         """End ``agent``'s registration (see the class); with ``purge`` also delete its inbox (each
         envelope ``purged``), dead letters and history.
@@ -387,7 +397,10 @@ class AgentOverview:
     """When the oldest unacknowledged envelope was accepted; None when the inbox is empty."""
     dead_letters: int
     last_seen_ms: int | None
-    """The agent's last registration, fetch or acknowledgement; None when not known."""
+    """The agent's last sign (``broker.presence``): registration, fetch, acknowledgement, mail-pending
+    wait, webhook taken; None when not known."""
+    ended_at_ms: int | None = None
+    """When its session said it ended (``IRegistry.leave``); None if it did not."""
 
 
 HISTORY_OUTCOMES: Final = ("acknowledged", "dead_lettered", "expired")

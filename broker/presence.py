@@ -7,6 +7,9 @@ endpoint taking a notification. A parked wait is a sign for as long as it is par
 longer than ``MAX_NOTICE_WAIT_SECONDS`` (a fetch ``MAX_WAIT_SECONDS``), and every wait that ends is
 followed by the next one within the window, so an agent waiting all the time stays ``live``.
 Sends, status and directory calls are not signs (recording them would add a write to every send).
+
+A session that says it ended (``IRegistry.leave``: ``POST /agent/leave``, which Claude Code's hook
+waiter sends when the Claude Code process exits) is ``gone`` at once, until its next sign.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ GONE: Final = "gone"
 PRESENCES: Final = (LIVE, GONE)
 
 
-def presence(last_seen_ms: int | None, now_ms: int) -> str:
-    """``live`` when the agent gave a sign within ``PRESENCE_WINDOW_MS`` of ``now_ms`` (both the
-    store's clock), else ``gone``."""
-    if last_seen_ms is None:
+def presence(last_seen_ms: int | None, now_ms: int, ended_at_ms: int | None = None) -> str:
+    """``live`` when the agent gave a sign within ``PRESENCE_WINDOW_MS`` of ``now_ms`` and its session
+    did not say it ended since (``ended_at_ms``, ``IRegistry.leave``), else ``gone``; every time is
+    the store's clock (ms)."""
+    if last_seen_ms is None or (ended_at_ms is not None and ended_at_ms >= last_seen_ms):
         return GONE
     return LIVE if now_ms - last_seen_ms <= PRESENCE_WINDOW_MS else GONE

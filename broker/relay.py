@@ -197,6 +197,14 @@ class Relay(Generic[Body]):
         check_agent_id(agent)
         return await self._guard(self._registry.get(agent))
 
+    async def leave(self, agent: str, session: str) -> bool:
+        """``session`` of ``agent`` says it ended: its presence is ``gone`` until its next sign
+        (``IRegistry.leave``); False when it is not the registered session (nothing changes)."""
+        self._check_running()
+        check_agent_id(agent)
+        check_session_id(session)
+        return await self._guard(self._registry.leave(agent, session))
+
     async def registrations(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
         """Up to ``limit`` registrations by agent id, those after ``after`` when given."""
         self._check_running()

@@ -355,7 +355,7 @@ def agents_result(registrations: Sequence[Registration], more: bool, now_ms: int
             "id": reg.agent,
             "provider": reg.provider,
             "tier": reg.tier.label,
-            "presence": presence(reg.last_seen_ms, now_ms),
+            "presence": presence(reg.last_seen_ms, now_ms, reg.ended_at_ms),
         }
         if reg.last_seen_ms is not None:
             item["last_seen"] = format_ms(reg.last_seen_ms)

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from adapters.redis.embedded import EmbeddedRedis
 from broker.front.key_file import load_key_file
+from broker.front.paths import LEAVE_PATH
 from broker.front.tokens import agent_headers
 from tests.front_support import key_file
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, ok_sync, run_relay
@@ -106,3 +108,29 @@ def test_lifecycle_commands_refuse_what_they_cannot_do(shell: Shell) -> None:
     assert "ID" in stderr and len(stderr.strip().splitlines()) == 1
     stderr = shell.run("inbox", "purge", code=2)
     assert "ID" in stderr
+
+
+def test_a_session_that_left_is_gone_in_relay_agents_until_its_next_call(shell: Shell) -> None:
+    eve = shell.agent("eve")
+
+    def presence() -> tuple[str, str | None]:
+        (found,) = [a for a in json.loads(shell.run("agents", "--json"))["agents"] if a["agent"] == "eve"]
+        return found["presence"], found["last_seen"]
+
+    assert presence()[0] == "live"  # it registered just now
+    left = httpx2.post(shell.serve.base + LEAVE_PATH, content=b"{}", headers=eve, timeout=10)
+    assert (left.status_code, left.json()) == (200, {"ended": True})
+    assert presence()[0] == "gone"
+    listed = ok_sync(shell.serve.url, shell.agent("fay"), "ListAgents", {})["agents"]
+    assert {a["id"]: a["presence"] for a in listed}["eve"] == "gone"
+    text = shell.run("agents")
+    (eve_row,) = [line for line in text.splitlines() if line.startswith("eve ")]
+    assert "PRESENCE" in text and " gone " in eve_row
+    ok_sync(shell.serve.url, eve, "FetchAgentInbox", {})
+    assert presence()[0] == "live"
+    for body, status in ((b'{"x": 1}', 400), (b"[", 400)):
+        refused = httpx2.post(shell.serve.base + LEAVE_PATH, content=body, headers=eve, timeout=10)
+        assert refused.status_code == status and refused.json()["error"]["code"] == "invalid_argument"
+    assert httpx2.get(shell.serve.base + LEAVE_PATH, headers=eve, timeout=10).status_code == 405
+    stranger = httpx2.post(shell.serve.base + LEAVE_PATH, content=b"{}", timeout=10)
+    assert stranger.status_code == 401

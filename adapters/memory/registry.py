@@ -58,6 +58,7 @@ class MemoryRegistry:
         self.state.webhook_secrets.pop(agent, None)
         self.state.inboxes.setdefault(agent, MemoryInbox())
         self.state.seen[agent] = now
+        self.state.ended.pop(agent, None)
         superseded = previous.session if previous is not None and previous.session != session else None
         if superseded is not None:
             earlier = [s for s in self.state.superseded.get(agent, ()) if s not in (session, superseded)]
@@ -72,6 +73,13 @@ class MemoryRegistry:
         agents = [a for a in sorted(self.state.registrations) if after is None or a > after][:limit]
         return [r for r in map(self.state.registration, agents) if r is not None]
 
+    async def leave(self, agent: str, session: str) -> bool:
+        registration = self.state.registrations.get(agent)
+        if registration is None or registration.session != session:
+            return False
+        self.state.ended[agent] = now_ms()
+        return True
+
     async def retire(self, agent: str, *, purge: bool = False) -> Retired:
         state = self.state
         registration = state.registrations.pop(agent, None)
@@ -81,6 +89,7 @@ class MemoryRegistry:
             state.webhook_secrets.pop(agent, None)
             state.notices.pop(agent, None)
             state.seen.pop(agent, None)
+            state.ended.pop(agent, None)
             inbox = state.inboxes.get(agent)
             if inbox is not None:
                 await inbox.wake()  # its parked fetches and waits look again and are refused

@@ -124,7 +124,9 @@ class MemoryState:
     webhook_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
     """The notifier of each agent: holder and monotonic deadline."""
     seen: dict[str, int] = field(default_factory=dict)
-    """Per agent, its last registration, fetch or acknowledgement (ms)."""
+    """Per agent, its last sign (``broker.presence``; ms)."""
+    ended: dict[str, int] = field(default_factory=dict)
+    """Per agent, when its registered session said it ended (``leave``; ms)."""
     retired: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     """Per retired agent: when, and the sessions it had then (refused with ``AgentRetired``)."""
     policies: dict[str, ContactPolicy] = field(default_factory=dict)
@@ -142,6 +144,7 @@ class MemoryState:
             found,
             last_seen_ms=seen,
             superseded=tuple(self.superseded.get(agent, ())),
+            ended_at_ms=self.ended.get(agent),
         )
 
     def caller(self, agent: str, session: str | None) -> Registration:

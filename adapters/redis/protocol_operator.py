@@ -175,3 +175,7 @@ class Retirement:
     def read(cls, reply: Sequence[object]) -> Retirement:
         now, sessions, newest = reply
         return cls(bool(int(str(now))), tuple(str(sessions).split()), str(newest or ""))
+
+
+def leave_call(keys: Keys, agent: str, session: str) -> Call:
+    return Call([keys.registration(agent)], [session])

@@ -152,3 +152,4 @@ class Scripts:
         self.thread_read = Script.named("thread_read")
         self.retire = Script.named("retire")
         self.purge = Script.named("purge")
+        self.leave = Script.named("leave")

@@ -79,6 +79,26 @@ class LifecycleConformance(ABC, Generic[Body]):
             assert presence(after, after + PRESENCE_WINDOW_MS + 1) == GONE
             assert presence(None, after) == GONE
 
+    async def test_a_session_that_left_is_gone_until_its_next_sign(self) -> None:
+        async with self.make_lifecycle() as it:
+            relay = it.relay
+            await self._agents(relay, "alice", "bob")
+            assert not await relay.leave("bob", "s-other")  # only the registered session may say so
+            assert not await relay.leave("nobody", "s-bob")
+            assert (await relay.registration("bob")).ended_at_ms is None  # type: ignore[union-attr]
+            assert await relay.leave("bob", "s-bob")
+            page = await it.view.agents()
+            bob = {a.agent: a for a in page.agents}["bob"]
+            assert bob.ended_at_ms is not None and bob.last_seen_ms is not None
+            assert presence(bob.last_seen_ms, page.now_ms, bob.ended_at_ms) == GONE
+            (listed,) = [r for r in await relay.registrations() if r.agent == "bob"]
+            assert presence(listed.last_seen_ms, page.now_ms, listed.ended_at_ms) == GONE
+            sent = (await relay.send("alice", "bob", self.body(1))).id  # mail still lands
+            await eventually(lambda: now_ms() > bob.ended_at_ms + 2, WAIT_BOUND, "the clock moved on")  # type: ignore[operator]
+            assert [e.id for e in await relay.fetch("bob", 4, session="s-bob")] == [sent]
+            again = await relay.registration("bob")
+            assert again is not None and presence(again.last_seen_ms, now_ms(), again.ended_at_ms) == LIVE
+
     async def test_retire_ends_the_registration_and_refuses_its_sessions(self) -> None:
         async with self.make_lifecycle() as it:
             relay = it.relay

@@ -92,7 +92,7 @@ def agent_json(a: AgentOverview, now_ms: int) -> dict[str, object]:
         "oldest_unacked_at": None if a.oldest_unacked_ms is None else format_ms(a.oldest_unacked_ms),
         "oldest_unacked_seconds": _seconds(a.oldest_unacked_ms, now_ms),
         "dead_letters": a.dead_letters,
-        "presence": presence(a.last_seen_ms, now_ms),
+        "presence": presence(a.last_seen_ms, now_ms, a.ended_at_ms),
         "last_seen": None if a.last_seen_ms is None else format_ms(a.last_seen_ms),
         "last_seen_seconds_ago": _seconds(a.last_seen_ms, now_ms),
     }
@@ -120,7 +120,7 @@ def as_text(page: AgentsPage) -> str:
             str(a.pending),
             brief(a.oldest_unacked_ms, now),
             str(a.dead_letters),
-            presence(a.last_seen_ms, now),
+            presence(a.last_seen_ms, now, a.ended_at_ms),
             brief(a.last_seen_ms, now),
         )
         for a in page.agents

@@ -12,7 +12,8 @@ local now = ARGV[6] -- ISO-8601 UTC, as registered_at and updated_at are stored
 local group = ARGV[7] -- consumer group name
 local wake_channel = ARGV[8]
 local most = tonumber(ARGV[9]) -- how many superseded sessions to remember (field 'superseded', read by _session.lua)
--- Any webhook secret of the previous registration is dropped (see webhook_secret.lua).
+-- Any webhook secret of the previous registration is dropped (see webhook_secret.lua), and so is
+-- ended_at (leave.lua): a registration is a sign of life.
 -- A new session wakes the agent's parked long-polls (they look again and find themselves superseded).
 -- Also records seen_at (ms of Redis TIME): the agent's last registration, fetch or acknowledgement.
 -- A retired agent (retire.lua) is registered again only from a session it did not have: one it had
@@ -36,7 +37,7 @@ end
 redis.call('HSET', registration,
   'agent', agent, 'provider', provider, 'endpoint', endpoint, 'tier', tier,
   'session', session, 'registered_at', registered_at, 'updated_at', now)
-redis.call('HDEL', registration, 'webhook_secret')
+redis.call('HDEL', registration, 'webhook_secret', 'ended_at')
 local clock = redis.call('TIME')
 redis.call('HSET', registration, 'seen_at', clock[1] * 1000 + math.floor(clock[2] / 1000))
 local ok = redis.pcall('XGROUP', 'CREATE', inbox, group, '0', 'MKSTREAM')

@@ -53,7 +53,7 @@ def _row(agent: AgentOverview, now_ms: int, policy: PolicySummary) -> dict[str, 
         "oldest": age(agent.oldest_unacked_ms),
         "dead": agent.dead_letters,
         "last_seen": age(agent.last_seen_ms),
-        "presence": presence(agent.last_seen_ms, now_ms),
+        "presence": presence(agent.last_seen_ms, now_ms, agent.ended_at_ms),
         "policy": policy.label,
     }
 
