@@ -67,6 +67,9 @@ def shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
 
 def test_retire_refuses_the_agent_and_keeps_its_mail_until_purged(shell: Shell) -> None:
     ann, ben = shell.agent("ann"), shell.agent("ben")
+    read = shell.send(ann, "ben", "read and acknowledged")
+    ok_sync(shell.serve.url, ben, "FetchAgentInbox", {"limit": 1})
+    ok_sync(shell.serve.url, ben, "AcknowledgeAgentInbox", {"ids": [read]})
     sent = [shell.send(ann, "ben", f"note {n}") for n in range(2)]
     said = shell.run("agents", "retire", "ben")
     assert said.startswith("retired ben: sends to it get unknown_recipient") and "(2 envelopes)" in said
@@ -78,10 +81,13 @@ def test_retire_refuses_the_agent_and_keeps_its_mail_until_purged(shell: Shell) 
     listed = json.loads(shell.run("agents", "--json"))
     assert "ben" not in [a["agent"] for a in listed["agents"]]
     assert shell.states(ann, sent) == ["queued", "queued"]
+    kept = json.loads(shell.run("history", "--agent", "ben", "--json"))["entries"]
+    assert [e["id"] for e in kept] == [read]  # readable to operators until the retention ends
     assert "2 envelopes" in shell.run("inbox", "purge", "ben")  # retired: its inbox stays purgeable
     again = json.loads(shell.run("agents", "retire", "ben", "--purge", "--json"))
     assert again == {"agent": "ben", "retired_now": False, "sessions": ["s-1"], "purged": 2}
     assert shell.states(ann, sent) == ["purged", "purged"]
+    assert json.loads(shell.run("history", "--agent", "ben", "--json"))["entries"] == []
 
 
 def test_inbox_purge_asks_for_yes_then_drops_and_records_purged(shell: Shell) -> None:

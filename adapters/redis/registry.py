@@ -132,3 +132,14 @@ def ms_field(row: Mapping[str, str], name: str) -> int | None:
     """A registration hash's field of milliseconds (``seen_at``, ``ended_at``); None when absent."""
     text = row.get(name, "")
     return int(text) if text.isdigit() else None
+
+
+async def is_retired(connection: RedisConnection, agent: str) -> bool:
+    """Whether ``agent`` was retired (``retire.lua``) and not registered again since: the operator
+    commands still read what it left (inbox, dead letters, history)."""
+    key = connection.keys.retired(agent)
+
+    async def run(client: Redis | RedisCluster) -> bool:
+        return bool(await client.exists(key))
+
+    return await connection.call(run, idempotent=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
 from adapters.redis.inspect import AgentInspection, Inspector, redacted
+from adapters.redis.registry import is_retired
 from broker.errors import BackendUnavailable, RelayError, UnregisteredAgent
 from broker.ids import check_agent_id
 from broker.ports import Retired
@@ -150,7 +151,7 @@ def _purge(args: argparse.Namespace) -> int:
     async def work(connection: RedisConnection, store: str) -> tuple[AgentInspection, int | None]:
         inspector = Inspector(connection)
         (found,) = await inspector.inspect([agent])
-        if not found.exists and not await _retired(connection, agent):
+        if not found.exists and not await is_retired(connection, agent):
             raise RelayError(unknown_agent(agent, len(await inspector.directory.agents()), store))
         if not args.yes:
             return found, None
@@ -175,15 +176,6 @@ def _purge(args: argparse.Namespace) -> int:
         " each reads 'purged' in its sender's status"
     )
     return 0
-
-
-async def _retired(connection: RedisConnection, agent: str) -> bool:
-    key = connection.keys.retired(agent)
-
-    async def run(client: object) -> bool:
-        return bool(await client.exists(key))  # type: ignore[attr-defined]
-
-    return await connection.call(run, idempotent=True)
 
 
 def _audit(message: str, event: str, agent: str, **fields: object) -> None:
