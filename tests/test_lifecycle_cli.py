@@ -13,7 +13,7 @@ import pytest
 
 from adapters.redis.embedded import EmbeddedRedis
 from broker.front.key_file import load_key_file
-from broker.front.paths import LEAVE_PATH
+from broker.front.paths import LEAVE_PATH, WAIT_PATH
 from broker.front.tokens import agent_headers
 from tests.front_support import key_file
 from tests.processes import REGISTER, ServeProcess, call_tool_sync, ok_sync, run_relay
@@ -78,6 +78,8 @@ def test_retire_refuses_the_agent_and_keeps_its_mail_until_purged(shell: Shell) 
     )
     for tool, arguments in (("FetchAgentInbox", {}), ("RegisterAgentAddress", REGISTER)):
         assert shell.refused(ben, tool, arguments) == "agent_retired"
+    waited = httpx2.post(shell.serve.base + WAIT_PATH, json={"timeout_ms": 0}, headers=ben, timeout=10)
+    assert (waited.status_code, waited.json()["error"]["code"]) == (410, "agent_retired")
     listed = json.loads(shell.run("agents", "--json"))
     assert "ben" not in [a["agent"] for a in listed["agents"]]
     assert shell.states(ann, sent) == ["queued", "queued"]
