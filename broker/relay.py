@@ -228,7 +228,8 @@ class Relay(Generic[Body]):
         the first send's envelope (same id and sent_at) and stores nothing. With ``ttl_ms``
         (``MIN_TTL_MS`` to ``max_ttl_ms``), the envelope is never handed out after that long.
         Raises:
-            ContractViolation, InvalidArgument, UnregisteredAgent, SessionSuperseded, UnknownRecipient,
+            ContractViolation, InvalidArgument, UnregisteredAgent, AgentRetired, SessionSuperseded,
+            UnknownRecipient,
             NotAccepted (the recipient's contact policy), InboxFull, IdempotencyConflict, RateLimited,
             BackendUnavailable. Nothing is stored when any is raised.
         """
