@@ -34,8 +34,9 @@ if live[1] then
     end
   end
   local clock = redis.call('TIME')
-  redis.call('DEL', registration, notice)
+  -- the retirement first: at maxmemory Redis refuses this write, and then nothing is written at all
   redis.call('HSET', retired, 'at', clock[1] * 1000 + math.floor(clock[2] / 1000), 'sessions', table.concat(sessions, ' '))
+  redis.call('DEL', registration, notice)
   redis.call('PUBLISH', wake_channel, agent)
   now = 1
 elseif redis.call('EXISTS', retired) == 0 then
