@@ -150,6 +150,25 @@ class SessionNotRegistered(RelayError):
         return {"agent": self.agent, "session": self.session}
 
 
+class AgentRetired(RelayError):
+    """An operator retired the agent (``relay agents retire``): its registration ended, and the sessions
+    it had then can no longer register, send, fetch or acknowledge. A new session may register the id
+    again (a fresh registration)."""
+
+    code = "agent_retired"
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(
+            f"agent {agent!r} was retired by an operator (`relay agents retire`): its registration ended "
+            "and this session can no longer register, send, fetch or acknowledge; start a new session to "
+            "register the id again, or ask the operator"
+        )
+        self.agent = agent
+
+    def details(self) -> dict[str, object]:
+        return {"agent": self.agent}
+
+
 class NotAccepted(RelayError):
     """The recipient's contact policy does not accept messages from this sender (docs/policy.md);
     nothing was stored and the sender's rate token was not spent. ``tier`` is the send's (the widest

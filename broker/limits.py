@@ -52,6 +52,9 @@ through that many requeues."""
 MAX_POLICY_AGENTS = 1000
 """Agent ids a contact policy's list names at most (``broker.policy``): the check on every send is one
 hash lookup whatever the size, but the list is stored, shown and audited whole."""
+PURGE_BATCH = 1000
+"""Envelopes one purge script call drops at most (``IInboxStore.purge`` calls again until the inbox is
+empty): a purge of a big inbox never holds Redis for long."""
 SWEEP_BATCH = 256
 """The oldest envelopes of each inbox one background sweep looks at."""
 SWEEP_PAGE = 1000

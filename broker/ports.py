@@ -41,6 +41,8 @@ class Registration:
     """The agent's last registration, fetch or acknowledgement (the store's clock); None if unknown."""
     superseded: tuple[str, ...] = ()
     """Sessions this registration replaced, newest first (at most ``SUPERSEDED_SESSIONS_KEPT``)."""
+    ended_at_ms: int | None = None
+    """When its session said it ended (``IRegistry.leave``; the store's clock); None if it did not."""
 
     @property
     def registered_at(self) -> datetime:
@@ -124,7 +126,7 @@ class Fetched:
     dead_lettered: tuple[tuple[Tier, str], ...] = ()
 
 
-STATES: Final = ("queued", "delivered", "acknowledged", "dead_lettered", "expired", "unknown")
+STATES: Final = ("queued", "delivered", "acknowledged", "dead_lettered", "expired", "purged", "unknown")
 """What ``status`` says of an envelope (see ``IInboxStore.status``)."""
 
 
@@ -141,6 +143,18 @@ class MessageStatus:
     sent_at_ms: int | None = None
     reason: str | None = None
     """Why it was dead-lettered (``max_deliveries``, a receive loop's reason) or ``expired``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retired:
+    """What ``IRegistry.retire`` did: the sessions that are refused from now on (``AgentRetired``),
+    whether the registration ended now (False: it had already been retired), and, with ``purge``, the
+    envelopes dropped from the inbox (each ``purged`` in its sender's status)."""
+
+    agent: str
+    sessions: tuple[str, ...]
+    now: bool
+    purged: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +195,15 @@ class IRegistry(Protocol):
       The agent's inbox and its queued envelopes are kept across re-registration.
     - Registrations (and queued envelopes) survive a restart of the relay process when the backend is
       durable (Redis); the memory backend lives as long as its process.
+    - ``retire`` ends a registration, atomically on the agent's slot: from then on a send to the agent
+      raises ``UnknownRecipient`` (a send is either stored before the retirement or refused, never
+      stored after it), and the sessions it had (the current one and those it had replaced) get
+      ``AgentRetired`` on every operation, registering included; so does an operation naming no
+      session. A parked fetch or wait of the agent wakes and is refused. A session it never had may
+      register the id again: a fresh registration (``created``), its earlier sessions superseded. Its
+      inbox, dead letters and history stay readable to operators (the history until its retention);
+      with ``purge`` they are deleted, each envelope of the inbox recorded ``purged`` for its sender's
+      status (``IInboxStore.purge``). Retiring again is harmless (with ``purge``, it purges).
     """
 
     @property
@@ -205,6 +228,24 @@ class IRegistry(Protocol):
     async def list(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
         """Up to ``limit`` registrations, ordered by agent id; with ``after``, only agents whose id
         sorts after it (the next page). Raises ``BackendUnavailable``."""
+        ...
+
+    async def leave(self, agent: str, session: str) -> bool:
+        """``session`` says it ended (its process exited): when it is ``agent``'s registered session,
+        note when (``Registration.ended_at_ms``, the store's clock) and answer True; its presence is
+        ``gone`` until its next sign. Nothing else changes: the registration, its inbox and every
+        other session's rights stay. Another session, or none registered, changes nothing (False).
+        Raises ``BackendUnavailable``."""
+        ...
+
+    async def retire(self, agent: str, *, purge: bool = False) -> Retired:
+        """End ``agent``'s registration (see the class); with ``purge`` also delete its inbox (each
+        envelope ``purged``), dead letters and history.
+
+        Raises:
+            UnregisteredAgent: ``agent`` is neither registered nor retired; nothing was written.
+            BackendUnavailable: the registration may or may not have ended (retiring again is safe).
+        """
         ...
 
 
@@ -311,8 +352,9 @@ class IInboxStore(Protocol):
 
         ``queued`` (in the inbox, never handed out), ``delivered`` (handed out ``deliveries`` times,
         not acknowledged), ``acknowledged`` (``deliveries``: hand-outs before the acknowledgement),
-        ``dead_lettered`` (with ``reason``), ``expired``; an id ``sender`` did not send, sent longer
-        than the status retention ago, or with its position changed, is ``unknown`` with no other
+        ``dead_lettered`` (with ``reason``), ``expired``, ``purged`` (dropped from the inbox by an
+        operator: ``purge``, or ``IRegistry.retire`` with ``purge``); an id ``sender`` did not send,
+        sent longer than the status retention ago, or with its position changed, is ``unknown`` with no other
         field, so one agent learns nothing about another's envelopes. A dead letter that was requeued
         (``IDeliveryQueue.requeue``) reads what the envelope it became reads, through up to
         ``REQUEUE_LINEAGE`` requeues; the new id is the recipient's, not the sender's (``unknown``).
@@ -325,6 +367,15 @@ class IInboxStore(Protocol):
     async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
         """Move expired envelopes among the ``limit`` oldest of ``agent``'s inbox to its dead letters
         (reason ``expired``); returns (tier, reason) of each. Raises ``BackendUnavailable``."""
+        ...
+
+    async def purge(self, agent: str) -> int:
+        """Drop every envelope queued in ``agent``'s inbox (handed out or not), registered or retired;
+        returns how many. Each is recorded ``purged`` (with its hand-outs so far) for its sender's
+        ``status``; none goes to the history or the dead letters. Envelopes sent while the purge runs
+        may stay (they arrived after it). An agent without an inbox has none.
+        Raises ``BackendUnavailable`` (what was dropped until then stays dropped and recorded).
+        """
         ...
 
 
@@ -346,7 +397,10 @@ class AgentOverview:
     """When the oldest unacknowledged envelope was accepted; None when the inbox is empty."""
     dead_letters: int
     last_seen_ms: int | None
-    """The agent's last registration, fetch or acknowledgement; None when not known."""
+    """The agent's last sign (``broker.presence``): registration, fetch, acknowledgement, mail-pending
+    wait, webhook taken; None when not known."""
+    ended_at_ms: int | None = None
+    """When its session said it ended (``IRegistry.leave``); None if it did not."""
 
 
 HISTORY_OUTCOMES: Final = ("acknowledged", "dead_lettered", "expired")
@@ -520,9 +574,13 @@ class INoticeStore(Protocol):
         ...
 
     async def wait(
-        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int
+        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int, seen: bool = True
     ) -> Notice:
         """Announce what ``agent`` was not told about, parking up to ``seconds`` for it.
+
+        With ``seen`` (the agent's own wait, not a webhook notification's read) each look, the first
+        and every one after a wake-up, moves the agent's last seen (``Registration.last_seen_ms``),
+        like a fetch: a parked wait keeps its agent ``live`` (``broker.presence``).
 
         Returns at once when something is to be announced (new envelopes, or a reminder falling due),
         else when it is, else an empty ``Notice`` after ``seconds``. ``listed`` caps ``envelopes``.

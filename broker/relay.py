@@ -197,6 +197,14 @@ class Relay(Generic[Body]):
         check_agent_id(agent)
         return await self._guard(self._registry.get(agent))
 
+    async def leave(self, agent: str, session: str) -> bool:
+        """``session`` of ``agent`` says it ended: its presence is ``gone`` until its next sign
+        (``IRegistry.leave``); False when it is not the registered session (nothing changes)."""
+        self._check_running()
+        check_agent_id(agent)
+        check_session_id(session)
+        return await self._guard(self._registry.leave(agent, session))
+
     async def registrations(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
         """Up to ``limit`` registrations by agent id, those after ``after`` when given."""
         self._check_running()
@@ -220,7 +228,8 @@ class Relay(Generic[Body]):
         the first send's envelope (same id and sent_at) and stores nothing. With ``ttl_ms``
         (``MIN_TTL_MS`` to ``max_ttl_ms``), the envelope is never handed out after that long.
         Raises:
-            ContractViolation, InvalidArgument, UnregisteredAgent, SessionSuperseded, UnknownRecipient,
+            ContractViolation, InvalidArgument, UnregisteredAgent, AgentRetired, SessionSuperseded,
+            UnknownRecipient,
             NotAccepted (the recipient's contact policy), InboxFull, IdempotencyConflict, RateLimited,
             BackendUnavailable. Nothing is stored when any is raised.
         """

@@ -38,6 +38,7 @@ from broker.limits import (
     MIN_TTL_MS,
 )
 from broker.ports import HISTORY_OUTCOMES, STATES, MessageStatus, Registration
+from broker.presence import PRESENCE_WINDOW_MS, PRESENCES, presence
 from broker.relay import Registered
 
 AGENT_ID: Final[dict[str, Any]] = {"type": "string", "pattern": AGENT_ID_PATTERN}
@@ -322,9 +323,18 @@ AGENTS: Final[dict[str, Any]] = {
                     "id": {"type": "string", "description": "Send to it with SendAgentMessage's `to`"},
                     "provider": {"type": "string", "description": "e.g. claudecode (an agent), human"},
                     "tier": _TIER,
-                    "last_seen": _at("Its last registration, fetch or acknowledgement"),
+                    "presence": {
+                        "type": "string",
+                        "enum": list(PRESENCES),
+                        "description": "live: its session gave a sign (a call, a parked wait, its "
+                        f"webhook answering) within the last {PRESENCE_WINDOW_MS // 1000} s; gone: none",
+                    },
+                    "last_seen": _at(
+                        "Its last sign: registration, fetch, acknowledgement, mail-pending wait, "
+                        "webhook taken"
+                    ),
                 },
-                "required": ["id", "provider", "tier"],
+                "required": ["id", "provider", "tier", "presence"],
             },
         },
         "next": {
@@ -336,11 +346,17 @@ AGENTS: Final[dict[str, Any]] = {
 }
 
 
-def agents_result(registrations: Sequence[Registration], more: bool) -> dict[str, Any]:
-    """The ``AGENTS`` result of one page of registrations; ``more``: another page follows."""
+def agents_result(registrations: Sequence[Registration], more: bool, now_ms: int) -> dict[str, Any]:
+    """The ``AGENTS`` result of one page of registrations; ``more``: another page follows; ``now_ms``:
+    the clock presence is judged by."""
     agents: list[dict[str, Any]] = []
     for reg in registrations:
-        item: dict[str, Any] = {"id": reg.agent, "provider": reg.provider, "tier": reg.tier.label}
+        item: dict[str, Any] = {
+            "id": reg.agent,
+            "provider": reg.provider,
+            "tier": reg.tier.label,
+            "presence": presence(reg.last_seen_ms, now_ms, reg.ended_at_ms),
+        }
         if reg.last_seen_ms is not None:
             item["last_seen"] = format_ms(reg.last_seen_ms)
         agents.append(item)

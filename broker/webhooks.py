@@ -61,7 +61,7 @@ async def announce(notices: INoticeStore, target: WebhookTarget) -> Notice:
     changed since ``target`` was read.
     """
     return await notices.wait(
-        target.agent, target.session, seconds=0, remind_after=0, listed=SUMMARY_ENVELOPES
+        target.agent, target.session, seconds=0, remind_after=0, listed=SUMMARY_ENVELOPES, seen=False
     )
 
 
@@ -84,11 +84,13 @@ class IWebhookTargets(Protocol):
 
 class IWebhookClaims(Protocol):
     """One notifier per agent across workers: ``claim`` is True for exactly one holder at a time,
-    until it ``release``\\ s or ``seconds`` pass (a crashed worker's claim lapses)."""
+    until it ``release``\\ s or ``seconds`` pass (a crashed worker's claim lapses). ``release`` with
+    ``answered`` (the session of a target whose endpoint took the notification) records a sign of
+    life: the agent's last seen moves when that session is still registered (``broker.presence``)."""
 
     async def claim(self, agent: str, holder: str, seconds: float) -> bool: ...
 
-    async def release(self, agent: str, holder: str) -> None: ...
+    async def release(self, agent: str, holder: str, answered: str | None = None) -> None: ...
 
 
 def summary(agent: str, notice: Notice, now_ms: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.redis.connection import RedisConnection, RedisSettings
 from adapters.redis.inspect import redacted
 from adapters.redis.operator_view import RedisOperatorView
+from adapters.redis.registry import is_retired
 from broker.envelope import format_ms
 from broker.errors import BackendUnavailable, InvalidArgument, RelayError, RelayNotRunning
 from broker.front.paths import MCP_PATH
@@ -44,14 +45,15 @@ async def operator_view(
 ) -> AsyncIterator[RedisOperatorView]:
     """The read-only operator queries on the Redis ``relay serve`` uses; Redis trouble is one
     ``BackendUnavailable`` naming the (redacted) URL. With ``agent``, first the operator commands' one
-    refusal (``relay inspect``'s) when Redis holds nothing of that agent."""
+    refusal (``relay inspect``'s) when Redis holds nothing of that agent (a retired agent's history
+    stays readable)."""
     url = store_url(settings, command)
     view = RedisOperatorView(RedisConnection(RedisSettings(url=url)))
     await view.open()
     try:
         if agent is not None:
             (found,) = await view.inspector.inspect([agent])
-            if not found.exists:
+            if not found.exists and not await is_retired(view.connection, agent):
                 registered = len(await view.inspector.directory.agents())
                 raise RelayError(unknown_agent(agent, registered, store_named(settings, redacted(url))))
         yield view

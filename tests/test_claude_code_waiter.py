@@ -353,6 +353,12 @@ def test_it_leaves_when_the_claude_code_process_ends(
 
     code, _, err = _finish(waiter, 10)
     assert (code, err) == (0, "")
+    # it said the session ended first (relay's presence then reads gone), with the session's headers
+    (left,) = [(h, body) for path, h, body in relay_stub.requests if path == "/agent/leave"]
+    (waited,) = [h for path, h, _ in relay_stub.requests if path == "/agent/wait"]
+    assert left[1] == {} and {k: v for k, v in left[0].items() if k.startswith("x-")} == {
+        k: v for k, v in waited.items() if k.startswith("x-")
+    }
 
 
 def test_a_bad_command_line_never_exits_2(tmp_path: Path, key: Path) -> None:

@@ -280,3 +280,11 @@ async def test_the_agents_page_shows_each_policy_and_a_refused_send_says_why() -
         assert counted("csf_relay_sends_not_accepted_total", {"tier": "host"}) == 1
         ordered = (await http.get("/ui/api/agents", params={"sort": "policy"})).json()["agents"]
         assert [a["policy"] for a in ordered] == ["list (1)", "registered"]
+
+
+async def test_the_agents_page_says_whether_each_session_is_live_or_gone() -> None:
+    async with dashboard_front() as (http, relay, _):
+        assert await relay.leave("bob", "bob-1")
+        rows = {a["agent"]: a for a in (await http.get("/ui/api/agents")).json()["agents"]}
+        assert (rows["alice"]["presence"], rows["bob"]["presence"]) == ("live", "gone")
+        assert rows["bob"]["last_seen"] is not None  # how long ago it was last seen, all the same

@@ -224,6 +224,8 @@ def test_agents_overview_shows_backlog_and_sorts(page: Any) -> None:
     # each agent's contact policy (docs/policy.md): builder takes mail from alice and carol only
     assert page.text_content("tr[data-agent='builder'] td[data-col='policy']") == "list (2)"
     assert page.text_content("tr[data-agent='alice'] td[data-col='policy']") == "open"
+    # presence (docs/shell.md): every agent of this page registered or called just now
+    assert str(page.text_content("tr[data-agent='builder'] td[data-col='presence']")).startswith("live, ")
 
     # (wait_for_function evaluates a string, which the page's CSP forbids: poll from here instead)
     def first() -> str:

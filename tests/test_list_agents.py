@@ -53,7 +53,8 @@ async def test_list_agents_pages_through_the_registered_agents(front: Front) -> 
         assert not list(validator.iter_errors(everyone))
         assert [a["id"] for a in everyone["agents"]] == ["alice", "bob", "carol"] and "next" not in everyone
         first = everyone["agents"][0]
-        assert set(first) == {"id", "provider", "tier", "last_seen"}  # no endpoint, no session
+        assert set(first) == {"id", "provider", "tier", "presence", "last_seen"}  # no endpoint, no session
+        assert first["presence"] == "live"  # it registered just now
         assert (first["provider"], first["tier"]) == ("claudecode", "host")
         page = (await alice.call_tool("ListAgents", {"limit": 2})).structured_content
         assert [a["id"] for a in page["agents"]] == ["alice", "bob"] and page["next"] == "bob"

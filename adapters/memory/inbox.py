@@ -149,6 +149,9 @@ class MemoryInboxStore(MemoryStore):
             dropped.append((entry.tier, reason))
         return dropped
 
+    async def purge(self, agent: str) -> int:
+        return self.state.purge(agent)
+
     async def sweep(self, agent: str, limit: int) -> list[tuple[Tier, str]]:
         inbox = self.state.inboxes.get(agent)
         return self._drop(agent, inbox, limit) if inbox is not None else []
@@ -201,7 +204,7 @@ class MemoryInboxStore(MemoryStore):
         if inbox.entries or self._closed:
             return True
         registration = self.state.registrations.get(agent)
-        return session is not None and (registration is None or registration.session != session)
+        return registration is None or (session is not None and registration.session != session)
 
     async def ack(self, agent: str, ids: Sequence[str], *, session: str | None = None) -> AckOutcome:
         self.state.caller(agent, session)

@@ -8,6 +8,7 @@ import contextlib
 import time
 
 from adapters.memory.state import MemoryEntry, MemoryInbox, MemoryStore
+from broker.envelope import now_ms
 from broker.ports import NOTICE_MAX_COUNT, Announced, Notice
 
 _START = (0, 0)
@@ -16,9 +17,9 @@ _START = (0, 0)
 
 class MemoryNoticeStore(MemoryStore):
     async def wait(
-        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int
+        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int, seen: bool = True
     ) -> Notice:
-        notice, due = self._announce(agent, session, remind_after, listed)
+        notice, due = self._announce(agent, session, remind_after, listed, seen)
         if notice.count or seconds <= 0 or self._closed:
             return notice
         inbox = self.state.inboxes.setdefault(agent, MemoryInbox())
@@ -33,17 +34,19 @@ class MemoryNoticeStore(MemoryStore):
                         await asyncio.wait_for(condition.wait(), left if due is None else min(left, due))
                 if self._closed:
                     return Notice(unacknowledged=notice.unacknowledged)
-                notice, due = self._announce(agent, session, remind_after, listed)
+                notice, due = self._announce(agent, session, remind_after, listed, seen)
                 if notice.count or time.monotonic() >= deadline:
                     return notice
         finally:
             self.state.unpark(agent)
 
     def _announce(
-        self, agent: str, session: str, remind_after: float, listed: int
+        self, agent: str, session: str, remind_after: float, listed: int, seen: bool
     ) -> tuple[Notice, float | None]:
         """As ``lua/notice.lua``: the notice due now, and the seconds until a reminder falls due."""
         self.state.caller(agent, session)
+        if seen:
+            self.state.seen[agent] = now_ms()
         inbox = self.state.inboxes.get(agent)
         entries = list(inbox.entries.values()) if inbox is not None else []
         now = time.monotonic()

@@ -48,6 +48,7 @@ class MemoryOperatorView:
             oldest_unacked_ms=min((e.position[0] for e in entries), default=None),
             dead_letters=0,  # dead letters belong to the messenger's delivery queue, not to this state
             last_seen_ms=self.state.seen.get(agent),
+            ended_at_ms=self.state.ended.get(agent),
         )
 
     async def unacknowledged(

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field, replace
 
 from broker.delivery import DeadLetter
 from broker.envelope import Tier, now_ms
-from broker.errors import SessionNotRegistered, SessionSuperseded, TooManyWaits, UnregisteredAgent
+from broker.errors import (
+    AgentRetired,
+    SessionNotRegistered,
+    SessionSuperseded,
+    TooManyWaits,
+    UnregisteredAgent,
+)
 from broker.history import entry_bytes
 from broker.ids import encode_envelope_id
 from broker.limits import (
@@ -65,7 +71,7 @@ class Outcome:
     position: tuple[int, int]
     attempts: int
     state: str
-    """``acknowledged``, ``dead_lettered``, ``expired`` or ``requeued``."""
+    """``acknowledged``, ``dead_lettered``, ``expired``, ``purged`` or ``requeued``."""
     reason: str | None = None
     requeued_as: tuple[tuple[int, int], str] | None = None
     """Position and nonce of the entry a requeued dead letter became."""
@@ -118,7 +124,11 @@ class MemoryState:
     webhook_claims: dict[str, tuple[str, float]] = field(default_factory=dict)
     """The notifier of each agent: holder and monotonic deadline."""
     seen: dict[str, int] = field(default_factory=dict)
-    """Per agent, its last registration, fetch or acknowledgement (ms)."""
+    """Per agent, its last sign (``broker.presence``; ms)."""
+    ended: dict[str, int] = field(default_factory=dict)
+    """Per agent, when its registered session said it ended (``leave``; ms)."""
+    retired: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    """Per retired agent: when, and the sessions it had then (refused with ``AgentRetired``)."""
     policies: dict[str, ContactPolicy] = field(default_factory=dict)
     """Per recipient, its contact policy when one was set (``adapters/memory/policy.py``)."""
     followers: set[asyncio.Queue[tuple[str, MemoryEntry]]] = field(default_factory=set)
@@ -134,6 +144,7 @@ class MemoryState:
             found,
             last_seen_ms=seen,
             superseded=tuple(self.superseded.get(agent, ())),
+            ended_at_ms=self.ended.get(agent),
         )
 
     def caller(self, agent: str, session: str | None) -> Registration:
@@ -141,12 +152,32 @@ class MemoryState:
         session check of the memory stores (as ``lua/_session.lua``)."""
         registration = self.registrations.get(agent)
         if registration is None:
+            self.check_retired(agent, session)
             raise UnregisteredAgent(agent)
         if session is not None and registration.session != session:
             if session in self.superseded.get(agent, ()):
                 raise SessionSuperseded(agent, session)
             raise SessionNotRegistered(agent, session)
         return registration
+
+    def check_retired(self, agent: str, session: str | None) -> None:
+        """``AgentRetired`` when ``agent`` was retired and ``session`` is one it had then (None: any),
+        as ``session_refusal`` in ``lua/_session.lua``."""
+        retired = self.retired.get(agent)
+        if retired is not None and (session is None or session in retired[1]):
+            raise AgentRetired(agent)
+
+    def purge(self, agent: str) -> int:
+        """Drop every envelope of ``agent``'s inbox, each recorded ``purged`` for its sender's status
+        (as ``lua/purge.lua``)."""
+        inbox = self.inboxes.get(agent)
+        if inbox is None:
+            return 0
+        dropped = list(inbox.entries.values())
+        for entry in dropped:
+            self.left(agent, entry.nonce, Outcome(entry.position, entry.deliveries, "purged"))
+        inbox.entries.clear()
+        return len(dropped)
 
     def appended(self, agent: str, entry: MemoryEntry) -> None:
         for queue in self.followers:

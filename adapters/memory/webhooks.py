@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from adapters.memory.state import MemoryState
+from broker.envelope import now_ms
 from broker.webhooks import WebhookTarget, is_webhook_endpoint
 
 
@@ -39,7 +40,10 @@ class MemoryWebhooks:
         self.state.webhook_claims[agent] = (holder, now + seconds)
         return True
 
-    async def release(self, agent: str, holder: str) -> None:
+    async def release(self, agent: str, holder: str, answered: str | None = None) -> None:
+        registration = self.state.registrations.get(agent)
+        if answered is not None and registration is not None and registration.session == answered:
+            self.state.seen[agent] = now_ms()
         current = self.state.webhook_claims.get(agent)
         if current is not None and current[0] == holder:
             del self.state.webhook_claims[agent]

@@ -34,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adapters.redis.pipeline import ReplicasBehind
 from broker.errors import (
+    AgentRetired,
     BackendRefused,
     BackendUnavailable,
     IdempotencyConflict,
@@ -62,6 +63,7 @@ REFUSALS: Final[dict[str, Callable[[Refused, list[str]], RelayError]]] = {
     "RELAY_UNREGISTERED": lambda who, _: UnregisteredAgent(who.agent),
     "RELAY_SUPERSEDED": lambda who, _: SessionSuperseded(who.agent, who.session or ""),
     "RELAY_SESSION_UNREGISTERED": lambda who, _: SessionNotRegistered(who.agent, who.session or ""),
+    "RELAY_RETIRED": lambda who, _: AgentRetired(who.agent),
     "RELAY_IDEMPOTENCY_CONFLICT": lambda who, _: IdempotencyConflict(who.agent, who.key or ""),
     "RELAY_UNKNOWN_RECIPIENT": lambda who, _: UnknownRecipient(who.to or who.agent),
     "RELAY_NOT_ACCEPTED": lambda who, n: NotAccepted(who.to or who.agent, who.agent, n[1], n[0]),

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
@@ -44,8 +45,10 @@ from adapters.redis.protocol_inbox import (
     Outcome,
     ack_call,
     fetch_call,
+    purge_call,
     read_acked,
     read_noted,
+    read_purged,
     read_swept,
     status_call,
     status_index_call,
@@ -54,7 +57,7 @@ from adapters.redis.protocol_inbox import (
 from broker.envelope import Tier, now_ms
 from broker.errors import RelayError
 from broker.ids import decode_envelope_id, new_nonce
-from broker.limits import REQUEUE_LINEAGE
+from broker.limits import PURGE_BATCH, REQUEUE_LINEAGE
 from broker.ports import AckOutcome, Appended, Fetched, MessageStatus, SendOptions
 
 SKEW_MS: Final = 5 * 60 * 1000
@@ -221,6 +224,9 @@ class RedisInboxStore:
             raise refusal(exc, Refused(agent)) from exc
         return list(_tiers(read_swept(dropped)))
 
+    async def purge(self, agent: str) -> int:
+        return await purge_inbox(self.connection, agent, "+", self.clock)
+
     async def status(
         self, sender: str, ids: Sequence[str], *, session: str | None = None
     ) -> list[MessageStatus]:
@@ -306,6 +312,43 @@ class RedisInboxStore:
             else:
                 unknown.append(one)
         return AckOutcome(tuple(acknowledged), tuple(unknown), tuple(origins))
+
+
+async def purge_inbox(
+    connection: RedisConnection, agent: str, upto: str, clock: Callable[[], int] = now_ms
+) -> int:
+    """Drop ``agent``'s inbox entries up to the entry id ``upto`` (``+``: its newest now),
+    ``PURGE_BATCH`` per ``purge.lua`` call, each recorded ``purged``; how many. What is sent meanwhile
+    comes after ``upto`` and stays, so the calls end once what was there is gone."""
+    if upto == "+":
+        upto = await _newest(connection, agent)
+    dropped = 0
+    for _ in range(PURGE_MAX_CALLS if upto else 0):
+        outcomes, until = outcome_hash(connection, agent, clock())
+        call = purge_call(
+            connection.keys, agent, upto=upto, batch=PURGE_BATCH, outcomes=outcomes, until=until
+        )
+        reply = await connection.script(connection.scripts.purge, call.keys, call.args, idempotent=True)
+        n, more = read_purged(reply)
+        dropped += n
+        if not more:
+            break
+    return dropped
+
+
+PURGE_MAX_CALLS: Final = 1_000_000
+"""Purge calls one purge makes at most (a billion envelopes): the loop is bounded whatever happens."""
+
+
+async def _newest(connection: RedisConnection, agent: str) -> str:
+    """The id of the newest entry of ``agent``'s inbox, '' when it is empty."""
+    key = connection.keys.inbox(agent)
+
+    async def run(client: Redis | RedisCluster) -> str:
+        top = await client.xrevrange(key, "+", "-", count=1)
+        return str(top[0][0]) if top else ""
+
+    return await connection.call(run, idempotent=True)
 
 
 def _tiers(dropped: Dropped) -> tuple[tuple[Tier, str], ...]:

@@ -69,7 +69,9 @@ class AgentInspection:
     """Age of the oldest unacknowledged envelope; None when the inbox is empty."""
     dead_letters: int
     last_seen_ms: int | None = None
-    """The agent's last registration, fetch or acknowledgement (ms of Redis ``TIME``)."""
+    """The agent's last sign (``broker.presence``; ms of Redis ``TIME``)."""
+    ended_at_ms: int | None = None
+    """When its registered session said it ended (``leave.lua``)."""
     expired: int = 0
     """Envelopes of this inbox that expired unacknowledged (moved to the dead letters), ever."""
     poisoned: int = 0
@@ -175,6 +177,7 @@ def _inspection(agent: str, reply: object, now_ms: int) -> AgentInspection:
         oldest_unacked_seconds=oldest_age,
         dead_letters=int(str(dead)),
         last_seen_ms=int(row["seen_at"]) if row.get("seen_at", "").isdigit() else None,
+        ended_at_ms=int(row["ended_at"]) if row.get("ended_at", "").isdigit() else None,
         expired=int(str(expired)),
         poisoned=int(str(poisoned)),
     )

@@ -24,6 +24,12 @@ class Keys:
         webhook endpoint's secret was issued for this registration."""
         return f"{self.prefix}:agent:{{{agent}}}"
 
+    def retired(self, agent: str) -> str:
+        """Hash: ``agent``'s retirement (``relay agents retire``, ``lua/retire.lua``): ``at`` (ms of
+        Redis TIME) and ``sessions`` (the sessions it had then, space-separated), refused with
+        ``RELAY_RETIRED``; deleted when a new session registers the id again."""
+        return f"{self.prefix}:retired:{{{agent}}}"
+
     def inbox(self, agent: str) -> str:
         """Stream of unacknowledged envelopes, consumer group ``GROUP``."""
         return f"{self.prefix}:inbox:{{{agent}}}"

@@ -34,9 +34,9 @@ class RedisNoticeStore:
         self._looks = asyncio.Semaphore(MAX_CONCURRENT_LOOKS)
 
     async def wait(
-        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int
+        self, agent: str, session: str, *, seconds: float, remind_after: float, listed: int, seen: bool = True
     ) -> Notice:
-        notice, due = await self._announce(agent, session, remind_after, listed)
+        notice, due = await self._announce(agent, session, remind_after, listed, seen)
         if notice.count or seconds <= 0:
             return notice
         wakeups = self.connection.wakeups
@@ -44,7 +44,7 @@ class RedisNoticeStore:
         with wakeups.park(agent) as parked:
             while not wakeups.closed:
                 parked.rearm()  # before looking: a wake-up after the look is not missed
-                notice, due = await self._announce(agent, session, remind_after, listed)
+                notice, due = await self._announce(agent, session, remind_after, listed, seen)
                 left = deadline - time.monotonic()
                 if notice.count or left <= 0:
                     return notice
@@ -52,13 +52,13 @@ class RedisNoticeStore:
         return Notice(unacknowledged=notice.unacknowledged)
 
     async def _announce(
-        self, agent: str, session: str, remind_after: float, listed: int
+        self, agent: str, session: str, remind_after: float, listed: int, seen: bool
     ) -> tuple[Notice, float | None]:
         """The notice due now, and the seconds until a reminder falls due (None: none pending)."""
         connection = self.connection
         remind_after_ms = round(remind_after * 1000)
         call = notice_call(
-            self.keys, agent, session, remind=remind_after_ms, listed=listed, most=NOTICE_MAX_COUNT
+            self.keys, agent, session, remind=remind_after_ms, listed=listed, most=NOTICE_MAX_COUNT, seen=seen
         )
         try:
             async with self._looks:

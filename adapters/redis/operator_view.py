@@ -198,6 +198,7 @@ def overview(i: AgentInspection) -> AgentOverview:
         oldest_unacked_ms=None if i.oldest_unacked_entry is None else entry_ms(i.oldest_unacked_entry),
         dead_letters=i.dead_letters,
         last_seen_ms=i.last_seen_ms,
+        ended_at_ms=i.ended_at_ms,
     )
 
 

@@ -80,7 +80,7 @@ def send_call(
     record = [] if key is None else [keys.idempotency_record(to, sender, key)]
     index_value = f"{to} {sent_at_ms}"
     check = Call(
-        [keys.registration(sender), keys.rate(sender), day_index, *claim],
+        [keys.registration(sender), keys.rate(sender), day_index, keys.retired(sender), *claim],
         [
             session or "",
             repr(float(settings.send_rate)),

@@ -58,6 +58,7 @@ def fetch_call(
             keys.delivery_counts(agent),
             keys.history(agent),
             keys.history_positions(agent),
+            keys.retired(agent),
         ],
         [
             session or "",
@@ -129,6 +130,7 @@ def ack_call(
             outcomes,
             keys.history(agent),
             keys.history_positions(agent),
+            keys.retired(agent),
         ],
         args,
     )
@@ -143,7 +145,7 @@ def status_index_call(
     keys: Keys, sender: str, session: str | None, lookups: Sequence[tuple[str, Sequence[int]]]
 ) -> Call:
     """``lookups``: per envelope its nonce and the days its send may be noted under."""
-    call_keys = [keys.registration(sender)]
+    call_keys = [keys.registration(sender), keys.retired(sender)]
     positions: dict[int, int] = {}
     args: list[Arg] = [session or ""]
     for nonce, days in lookups:
@@ -201,11 +203,14 @@ def _positions(
     return " ".join(str(positions[day]) for day in days)
 
 
-def notice_call(keys: Keys, agent: str, session: str, *, remind: int, listed: int, most: int) -> Call:
-    """``remind``: ms after the last notice a reminder is due (0: never)."""
+def notice_call(
+    keys: Keys, agent: str, session: str, *, remind: int, listed: int, most: int, seen: bool
+) -> Call:
+    """``remind``: ms after the last notice a reminder is due (0: never); ``seen``: the agent's own
+    wait (its last seen moves), not a webhook notification's read."""
     return Call(
-        [keys.registration(agent), keys.inbox(agent), keys.notice(agent)],
-        [session, remind, listed, most],
+        [keys.registration(agent), keys.inbox(agent), keys.notice(agent), keys.retired(agent)],
+        [session, remind, listed, most, 1 if seen else 0],
     )
 
 
@@ -230,3 +235,14 @@ class Announcement:
             due if due >= 0 else None,
             rows if isinstance(rows, list) else [],
         )
+
+
+def purge_call(keys: Keys, agent: str, *, upto: str, batch: int, outcomes: str, until: int) -> Call:
+    """``upto``: the newest entry id to drop (``+``: all)."""
+    return Call([keys.inbox(agent), outcomes], [GROUP, upto, batch, until])
+
+
+def read_purged(reply: Sequence[object]) -> tuple[int, bool]:
+    """``purge.lua``'s reply: envelopes dropped, and whether more may be left."""
+    dropped, more = reply
+    return int(str(dropped)), bool(int(str(more)))

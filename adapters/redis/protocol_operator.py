@@ -21,7 +21,7 @@ from broker.ports import SUPERSEDED_SESSIONS_KEPT, StoredEnvelope
 def register_call(keys: Keys, agent: str, address: Address, session: str, *, now: int) -> Call:
     """``now``: ms since the epoch; the registration stores it as ISO-8601 text."""
     return Call(
-        [keys.registration(agent), keys.inbox(agent)],
+        [keys.registration(agent), keys.inbox(agent), keys.retired(agent)],
         [
             agent,
             address.provider,
@@ -55,8 +55,8 @@ def webhook_secret_call(keys: Keys, agent: str, session: str, endpoint: str, sec
     return Call([keys.registration(agent)], [session, endpoint, secret])
 
 
-def webhook_release_call(keys: Keys, agent: str, holder: str) -> Call:
-    return Call([keys.webhook_claim(agent)], [holder])
+def webhook_release_call(keys: Keys, agent: str, holder: str, answered: str | None) -> Call:
+    return Call([keys.webhook_claim(agent), keys.registration(agent)], [holder, answered or ""])
 
 
 def inspect_call(keys: Keys, agent: str) -> Call:
@@ -144,3 +144,38 @@ class ThreadPart:
                 envelope = archived(agent, str(stream_id), fields).envelope
             out.append(cls(envelope, tuple(str(replies).split())))
         return out
+
+
+def retire_call(keys: Keys, agent: str, *, purge: bool) -> Call:
+    return Call(
+        [
+            keys.registration(agent),
+            keys.retired(agent),
+            keys.notice(agent),
+            keys.inbox(agent),
+            keys.dead_letters(agent),
+            keys.history(agent),
+            keys.history_positions(agent),
+            keys.delivery_counts(agent),
+        ],
+        [agent, keys.wake_channel(), SUPERSEDED_SESSIONS_KEPT + 1, 1 if purge else 0],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Retirement:
+    """``retire.lua``'s reply: whether the registration ended now, the sessions refused from now on,
+    and the inbox's newest entry id for the purge to stop at ('' = nothing to purge)."""
+
+    now: bool
+    sessions: tuple[str, ...]
+    newest: str
+
+    @classmethod
+    def read(cls, reply: Sequence[object]) -> Retirement:
+        now, sessions, newest = reply
+        return cls(bool(int(str(now))), tuple(str(sessions).split()), str(newest or ""))
+
+
+def leave_call(keys: Keys, agent: str, session: str) -> Call:
+    return Call([keys.registration(agent)], [session])

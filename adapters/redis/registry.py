@@ -10,11 +10,18 @@ from redis.exceptions import ResponseError
 from adapters.redis.connection import RedisConnection
 from adapters.redis.directory import Directory
 from adapters.redis.entries import tier_of
-from adapters.redis.errors import store_error
-from adapters.redis.protocol_operator import Registered, register_call
+from adapters.redis.errors import Refused, refusal
+from adapters.redis.inbox import purge_inbox
+from adapters.redis.protocol_operator import (
+    Registered,
+    Retirement,
+    leave_call,
+    register_call,
+    retire_call,
+)
 from broker.addresses import Address
 from broker.envelope import now_ms, parse_ms
-from broker.ports import RegisterOutcome, Registration
+from broker.ports import RegisterOutcome, Registration, Retired
 
 
 class RedisRegistry:
@@ -35,7 +42,7 @@ class RedisRegistry:
                 )
             )
         except ResponseError as exc:
-            raise store_error(exc) from exc
+            raise refusal(exc, Refused(agent, session)) from exc
         registration = Registration(
             agent=agent,
             provider=address.provider,
@@ -75,6 +82,30 @@ class RedisRegistry:
 
         return await self.connection.call(run, idempotent=True) if agents else []
 
+    async def leave(self, agent: str, session: str) -> bool:
+        call = leave_call(self.keys, agent, session)
+        try:
+            noted = await self.connection.script(
+                self.connection.scripts.leave, call.keys, call.args, idempotent=True
+            )
+        except ResponseError as exc:
+            raise refusal(exc, Refused(agent, session)) from exc
+        return bool(int(str(noted)))
+
+    async def retire(self, agent: str, *, purge: bool = False) -> Retired:
+        connection = self.connection
+        call = retire_call(self.keys, agent, purge=purge)
+        try:
+            reply = Retirement.read(
+                await connection.script(
+                    connection.scripts.retire, call.keys, call.args, idempotent=True, durable=True
+                )
+            )
+        except ResponseError as exc:
+            raise refusal(exc, Refused(agent)) from exc
+        purged = await purge_inbox(connection, agent, reply.newest) if reply.newest else 0
+        return Retired(agent, reply.sessions, reply.now, purged)
+
 
 def _registration(agent: str, row: Mapping[str, str]) -> Registration:
     return Registration(
@@ -87,11 +118,28 @@ def _registration(agent: str, row: Mapping[str, str]) -> Registration:
         updated_at_ms=parse_ms(row["updated_at"]),
         last_seen_ms=seen_at_ms(row),
         superseded=tuple(row.get("superseded", "").split()),
+        ended_at_ms=ms_field(row, "ended_at"),
     )
 
 
 def seen_at_ms(row: Mapping[str, str]) -> int | None:
     """The registration hash's ``seen_at`` (milliseconds of Redis ``TIME``, written by the register,
-    fetch and ack scripts); None when absent."""
-    text = row.get("seen_at", "")
+    fetch, ack, notice and webhook release scripts); None when absent."""
+    return ms_field(row, "seen_at")
+
+
+def ms_field(row: Mapping[str, str], name: str) -> int | None:
+    """A registration hash's field of milliseconds (``seen_at``, ``ended_at``); None when absent."""
+    text = row.get(name, "")
     return int(text) if text.isdigit() else None
+
+
+async def is_retired(connection: RedisConnection, agent: str) -> bool:
+    """Whether ``agent`` was retired (``retire.lua``) and not registered again since: the operator
+    commands still read what it left (inbox, dead letters, history)."""
+    key = connection.keys.retired(agent)
+
+    async def run(client: Redis | RedisCluster) -> bool:
+        return bool(await client.exists(key))
+
+    return await connection.call(run, idempotent=True)

@@ -34,6 +34,7 @@ _PRELUDES = {
     "notice": ("_session",),
     "requeue": ("_entry",),
     "thread_read": ("_entry",),
+    "purge": ("_entry",),
 }
 
 
@@ -149,3 +150,6 @@ class Scripts:
         self.notice = Script.named("notice")
         self.policy_set = Script.named("policy_set")
         self.thread_read = Script.named("thread_read")
+        self.retire = Script.named("retire")
+        self.purge = Script.named("purge")
+        self.leave = Script.named("leave")

@@ -55,9 +55,9 @@ class RedisWebhooks:
 
         return await self.connection.call(run, idempotent=False)
 
-    async def release(self, agent: str, holder: str) -> None:
+    async def release(self, agent: str, holder: str, answered: str | None = None) -> None:
         try:
-            call = webhook_release_call(self.keys, agent, holder)
+            call = webhook_release_call(self.keys, agent, holder, answered)
             await self.connection.script(
                 self.connection.scripts.webhook_release, call.keys, call.args, idempotent=True
             )

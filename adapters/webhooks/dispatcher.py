@@ -35,7 +35,7 @@ from standardwebhooks import Webhook
 
 from adapters.webhooks.transport import ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, BlockedAddress
 from broker.envelope import now_ms
-from broker.errors import RelayError, SessionSuperseded, UnregisteredAgent
+from broker.errors import AgentRetired, RelayError, SessionSuperseded, UnregisteredAgent
 from broker.ports import NOTICE_MAX_COUNT, INoticeStore, Notice
 from broker.text import failure, shown
 from broker.webhooks import IWebhookClaims, IWebhookTargets, WebhookTarget, announce, summary
@@ -159,15 +159,17 @@ class WebhookDispatcher:
                 await asyncio.sleep(random.uniform(wait / 2, wait))
                 wait = min(wait * 2, MAX_CLAIM_RETRY_SECONDS)
                 continue
+            delivered = False
             try:
                 notice = await announce(self.notices, target)
                 delivered = notice.count > 0 and await self._deliver(target, notice)
-            except (SessionSuperseded, UnregisteredAgent):
+            except (SessionSuperseded, UnregisteredAgent, AgentRetired):
                 # Registered again (or gone) since the target was read: a new session's registration
                 # is a wake-up of its own, which looks at the agent again.
                 return
             finally:
-                await self.claims.release(agent, self._holder)
+                # an endpoint that took the notification is a sign of life (presence)
+                await self.claims.release(agent, self._holder, target.session if delivered else None)
             # A notice announces NOTICE_MAX_COUNT envelopes at most: more are announced by the next.
             if not (delivered and notice.count >= NOTICE_MAX_COUNT):
                 return

@@ -39,14 +39,14 @@ from broker.front.guards import (
     RequestCheck,
 )
 from broker.front.jsonrpc import INVALID_REQUEST, error_response
-from broker.front.paths import MCP_PATH, TOKEN_PATH, UI_PATH, WAIT_PATH
+from broker.front.paths import LEAVE_PATH, MCP_PATH, TOKEN_PATH, UI_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server
 from broker.front.token_route import CredentialGate, TokenRoute
 from broker.front.tokens import NETWORK_AUDIENCE, KeyRing
 from broker.front.tools import DEFAULT_TOOLS, ToolOptions
 from broker.front.ui.api import Dashboard
 from broker.front.ui.app import create_dashboard
-from broker.front.wait import WaitRoute
+from broker.front.wait import LeaveRoute, WaitRoute
 from broker.ports import ICredentials
 from broker.relay import Relay
 from broker.text import failure
@@ -153,6 +153,8 @@ def create_app(
         app.router.routes.insert(0, Route(MCP_PATH, endpoint=PostOnly(endpoint)))
         wait: ASGIApp = WaitRoute(relay, auth)
         app.wait_route = HostCheck(wait, hosts) if hosts else wait
+        leave: ASGIApp = LeaveRoute(relay, auth)
+        app.router.routes.insert(1, Route(LEAVE_PATH, endpoint=HostCheck(leave, hosts) if hosts else leave))
         if credentials is not None:
             token_route = TokenRoute(credentials, keyring, audience=audience)
             app.state.token_route = token_route  # `relay serve` swaps its key ring on SIGHUP

@@ -9,6 +9,7 @@ import json
 from mcp.types import CallToolResult, TextContent
 
 from broker.errors import (
+    AgentRetired,
     BackendRefused,
     BackendUnavailable,
     InternalError,
@@ -40,6 +41,7 @@ _STATUS: dict[type[RelayError], int] = {
     NotAccepted: 403,
     SessionSuperseded: 409,
     SessionNotRegistered: 409,
+    AgentRetired: 410,
     TooManyWaits: 429,
     RateLimited: 429,
     TooManyFailures: 429,

@@ -9,6 +9,8 @@ MCP_PATH: Final = "/mcp/agent"
 """Where the agent MCP endpoint is served."""
 WAIT_PATH: Final = "/agent/wait"
 """Where the mail-pending wait is served (``POST``, agent headers, ``{"timeout_ms": N}``)."""
+LEAVE_PATH: Final = "/agent/leave"
+"""Where a session says it ended (``POST``, agent headers, ``{}``): its presence is ``gone``."""
 TOKEN_PATH: Final = "/agent/token"  # noqa: S105 - a path, not a secret
 """Where a per-agent credential is exchanged for a short-lived token (``POST``, ``Authorization: Bearer
 <credential>``, ``{"agent": ID, "session": SID}``)."""

@@ -360,7 +360,8 @@ class ListAgents(RelayTool):
 
     name = "ListAgents"
     description = (
-        "List the registered agents you can send to: id, provider, tier and when each was last seen, "
+        "List the registered agents you can send to: id, provider, tier, presence (live: its session "
+        "gave a sign recently; gone: it did not) and when each was last seen, "
         f"ordered by id, up to `limit` (1-{schemas.MAX_LIST_AGENTS}, default {schemas.DEFAULT_LIST_AGENTS}) "
         "per call. When `next` is in the result, call again with after = next for the following page."
     )
@@ -381,7 +382,7 @@ class ListAgents(RelayTool):
             raise UnregisteredAgent(who.agent)
         me.check_session(who.session)
         found = await self.relay.registrations(limit + 1, after)
-        return tool_result(schemas.agents_result(found[:limit], len(found) > limit))
+        return tool_result(schemas.agents_result(found[:limit], len(found) > limit, self.relay.clock()))
 
 
 @dataclass(frozen=True, slots=True)

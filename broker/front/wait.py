@@ -8,6 +8,10 @@ announce. Semantics: ``Relay.wait_for_mail`` and ``broker.ports.INoticeStore``; 
 and never changes what ``FetchAgentInbox`` returns. Refusals carry ``broker.errors.error_body`` with the
 status of ``broker.front.errors.http_status``. A caller that hangs up stops its wait at once.
 
+``POST /agent/leave`` (``LeaveRoute``), with the same headers and an empty body (or ``{}``), says the
+caller's session ended (``Relay.leave``): the answer is ``{"ended": true}`` when it was the registered
+session (its presence reads ``gone`` until its next sign), ``{"ended": false}`` otherwise.
+
 Not MCP on purpose: Claude Code's hook waiter is a short stdlib process, and a long-poll inside an MCP
 tool call would hold a model turn; the route also keeps ``/mcp/agent`` stateless.
 """
@@ -96,6 +100,46 @@ class WaitRoute:
             waiting.task = None  # set before any further await: the watcher can no longer cancel
             watching.cancel()
         await _answer(scope, receive, send, 200, answer(notice))
+
+
+class LeaveRoute:
+    """The ASGI app of ``POST /agent/leave`` (see the module docstring)."""
+
+    def __init__(self, relay: Relay[AgentMessage], auth: AgentAuthMiddleware) -> None:
+        self.relay = relay
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope.get("method") != "POST":
+            refused = _refusal("method", "method.post", "POST that the session ended")
+            await _answer(scope, receive, send, 405, refused, {"allow": "POST"})
+            return
+        identity = await self.auth.authenticate(scope, send)
+        if identity is None:
+            return
+        try:
+            if (await _body(receive)).strip() not in (b"", b"{}"):
+                raise InvalidArgument(
+                    "body", "body.empty", "the body is {} (or nothing): leave takes no field"
+                )
+            ended = await self.relay.leave(identity.agent, identity.session)
+        except _TooLarge:
+            refused = _refusal("body", "body.max_bytes", f"at most {MAX_BODY_BYTES} bytes")
+            await _answer(scope, receive, send, 413, refused)
+            return
+        except _Gone:
+            return
+        except RelayError as exc:
+            await _answer(scope, receive, send, http_status(exc), error_body(exc))
+            return
+        except Exception as exc:
+            log.error("the leave of %s failed: %s", identity.agent, failure(exc))
+            internal = InternalError()
+            await _answer(scope, receive, send, http_status(internal), error_body(internal))
+            return
+        await _answer(scope, receive, send, 200, {"ended": ended})
 
 
 def parse_body(raw: bytes) -> int:

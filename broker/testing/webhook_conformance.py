@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import pytest
 
 from broker.addresses import ClaudeCodeAddress, RemoteAddress
+from broker.envelope import now_ms
 from broker.errors import SessionSuperseded
 from broker.ports import INoticeStore
 from broker.relay import Relay
@@ -144,3 +145,24 @@ class WebhookConformance(ABC):
                 return await state.claim("far", "worker-3", 30)
 
             await eventually(lapsed, 5, "the claim lapsed")
+
+    async def test_an_endpoint_that_took_a_notification_is_a_sign_of_life(self) -> None:
+        async with self.make_store() as (relay, state, notices):
+            await self._setup(relay)
+            target = await self._target(state)
+
+            async def seen() -> int:
+                registration = await relay.registration("far")
+                assert registration is not None and registration.last_seen_ms is not None
+                return registration.last_seen_ms
+
+            before = await seen()
+            await eventually(lambda: now_ms() > before + 2, 5, "the clock moved on")
+            await relay.send("near", "far", self.body(1), session="s1")
+            assert (await announce(notices, target)).count == 1  # relay reading it is no sign
+            assert await state.claim("far", "worker-1", 30)
+            await state.release("far", "worker-1", answered="another-session")
+            assert await seen() == before
+            assert await state.claim("far", "worker-1", 30)
+            await state.release("far", "worker-1", answered=target.session)
+            assert await seen() > before

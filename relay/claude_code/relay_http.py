@@ -4,6 +4,8 @@
   when the agent has envelopes it was not yet told about (or a reminder falls due), or when the
   timeout passes, with ``{"count", "unacknowledged", "reminder", "envelopes": [{"id", "from", "kind",
   "preview", "sent_at"}, ...]}`` (``count`` 0 on timeout). It never acknowledges or counts a delivery.
+- ``leave``: ``POST {base}/agent/leave`` with the agent headers: the session ended (the Claude Code
+  process exited), so ``ListAgents`` and ``relay agents`` say ``gone`` at once.
 - ``register``: the ``RegisterAgentAddress`` MCP tool as one stateless ``tools/call`` POST, so a new
   Claude Code session becomes the agent's current session before its model calls anything.
 - ``call_tool``: any agent tool the same way (the shell's ``relay send`` and ``relay read --ack``).
@@ -24,9 +26,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from broker.front.paths import WAIT_PATH
+from broker.front.paths import LEAVE_PATH, WAIT_PATH
 
-__all__ = ["WAIT_PATH", "Pending", "Refused", "Unavailable", "exchange", "register", "wait"]
+__all__ = [
+    "LEAVE_PATH",
+    "WAIT_PATH",
+    "Pending",
+    "Refused",
+    "Unavailable",
+    "exchange",
+    "leave",
+    "register",
+    "wait",
+]
 MAX_ANSWER_BYTES: Final = 1024 * 1024
 _MCP_HEADERS: Final = {
     "accept": "application/json, text/event-stream",
@@ -156,6 +168,13 @@ def wait(url: str, headers: Mapping[str, str], timeout_ms: int) -> Pending:
     if isinstance(count, bool) or not isinstance(count, int) or count < 0 or not isinstance(envelopes, list):
         raise Unavailable("relay's wait answer has no count and envelopes")
     return Pending(count, answer)
+
+
+def leave(url: str, headers: Mapping[str, str], timeout: float = 2.0) -> bool:
+    """Say the session ended (``POST`` to relay's ``LEAVE_PATH`` at ``url``); whether relay noted it
+    (False: another session holds the registration)."""
+    answer = _post(url, headers, {}, timeout)
+    return isinstance(answer, dict) and answer.get("ended") is True
 
 
 def call_tool(

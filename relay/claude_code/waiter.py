@@ -13,7 +13,8 @@ reachable for as long as it runs, at the cost of one short turn per ``timeout_s`
 Otherwise it exits 0 and says nothing the model sees:
 
 - when relay refuses it for good (401, a superseded session, a bad request): a newer session took over;
-- when the Claude Code process it serves is gone, or a newer waiter for the same session replaced it
+- when the Claude Code process it serves is gone (first telling relay the session ended, so
+  ``ListAgents`` and ``relay agents`` say ``gone``), or a newer waiter for the same session replaced it
   (one waiter per session: a lock in a private runtime folder; the newer one sends the older SIGTERM).
 
 A relay that is down, slow or answering 5xx is retried quietly with bounded exponential backoff until
@@ -53,6 +54,8 @@ BACKOFF_FIRST_S: Final = 0.5
 BACKOFF_MAX_S: Final = 30.0
 MAX_HOOK_INPUT: Final = 1024 * 1024
 REPLACE_WITHIN_S: Final = 5.0
+LEAVE_TIMEOUT_S: Final = 2.0
+"""How long the waiter of a Claude Code process that exited tries to tell relay (``relay_http.leave``)."""
 _UNIX_PATH_MAX: Final = 107
 _WAITER_COMMANDS: Final = (b"wait", b"codex-wait", b"wake-stream")
 """The ``relay hook`` commands that hold a session's slot (``relay.codex.waiter`` shares it)."""
@@ -97,7 +100,7 @@ def run(options: WaitOptions, hook_input: Mapping[str, Any], stderr: IO[str], st
     try:
         if not slot.take():
             return _quiet(stdout, "another waiter for this session would not give way")
-        _watch(claude)
+        _watch(claude, lambda: leave(options.wait_url, options.headers, session))
         return _wait_loop(
             options, claude, hook_input.get("hook_event_name") == "SessionStart", stderr, stdout
         )
@@ -138,6 +141,15 @@ def _wait_loop(
     return EXIT_WAKE
 
 
+def leave(wait_url: str, headers: Callable[[str], Mapping[str, str]], session: str) -> None:
+    """Tell the relay at ``wait_url`` that ``session`` ended (its presence reads ``gone`` at once);
+    best effort, at most ``LEAVE_TIMEOUT_S``: without it the session reads ``gone`` once the presence
+    window passes."""
+    url = wait_url.removesuffix(relay_http.WAIT_PATH) + relay_http.LEAVE_PATH
+    with contextlib.suppress(Exception):
+        relay_http.leave(url, headers(session), LEAVE_TIMEOUT_S)
+
+
 def _quiet(stdout: IO[str], why: str) -> int:
     """Exit 0; the reason goes to stdout, which Claude Code keeps in its debug log, not the model's view."""
     with contextlib.suppress(OSError, ValueError):
@@ -149,14 +161,17 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Replaced
 
 
-def _watch(claude: ClaudeProcess) -> None:
+def _watch(claude: ClaudeProcess, ended: Callable[[], None]) -> None:
     """Leave (exit 0) within a second of the Claude Code process ending: Claude Code leaves background
-    hooks running when it exits."""
+    hooks running when it exits. ``ended`` runs first (it tells relay the session ended)."""
 
     def watch() -> None:
         while claude.alive():
             time.sleep(1.0)
-        os._exit(EXIT_QUIET)
+        try:
+            ended()
+        finally:
+            os._exit(EXIT_QUIET)
 
     threading.Thread(target=watch, name="claude-watch", daemon=True).start()
 

@@ -14,7 +14,8 @@ the runtime folder's log) and returns at once. The waiter:
 
 ``SessionEnd`` (``relay hook codex`` again) asks the waiter of the session to go, and the waiter leaves
 within a second of the process that ran the hook (``$PPID``: the daemon, or an interactive ``codex``)
-ending. A refusal from relay
+ending, first telling relay the session ended (``POST /agent/leave``: its presence reads ``gone``).
+A refusal from relay
 (a revoked credential, a session taken over elsewhere) ends it quietly; a relay that is down is retried
 with backoff; after ``LIFETIME_S`` it ends (a later ``SessionStart`` starts a new one).
 """
@@ -22,6 +23,7 @@ with backoff; after ``LIFETIME_S`` it ends (a later ``SessionStart`` starts a ne
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -38,7 +40,7 @@ from typing import IO, Any, Final
 from relay.claude_code import relay_http
 from relay.claude_code.session import ClaudeProcess, NoSuchProcess
 from relay.claude_code.summary import summary
-from relay.claude_code.waiter import _ask_to_go, _Slot, _watch, runtime_dir, session_endpoint
+from relay.claude_code.waiter import _ask_to_go, _Slot, _watch, leave, runtime_dir, session_endpoint
 
 LIFETIME_S: Final = 7 * 86_400
 WAIT_CHUNK_S: Final = 60.0
@@ -130,7 +132,8 @@ def run(options: CodexWait, log: IO[str]) -> int:
             return 0
         if options.watch is not None:
             try:
-                _watch(ClaudeProcess.of(options.watch))
+                ended = functools.partial(leave, options.wait_url, options.headers, options.session)
+                _watch(ClaudeProcess.of(options.watch), ended)
             except NoSuchProcess:
                 _say(log, f"process {options.watch} is gone already")
                 return 0

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from broker.envelope import format_ms
 from broker.ports import AgentOverview, AgentsPage
+from broker.presence import presence
 from broker.text import counted, escaped, shown
-from relay.commands import bounded_int
+from relay.commands import bounded_int, lifecycle
 from relay.settings import ShellSettings, add_options, load
 from relay.shell import brief, operator_view, table
 
@@ -24,7 +25,18 @@ if TYPE_CHECKING:
 
 DEFAULT_LIMIT = 10_000
 MAX_LIMIT = 1_000_000
-COLUMNS = ("AGENT", "PROVIDER", "TIER", "SESSION", "INBOX", "PENDING", "OLDEST", "DEAD", "LAST SEEN")
+COLUMNS = (
+    "AGENT",
+    "PROVIDER",
+    "TIER",
+    "SESSION",
+    "INBOX",
+    "PENDING",
+    "OLDEST",
+    "DEAD",
+    "PRESENCE",
+    "LAST SEEN",
+)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -33,8 +45,10 @@ def register(subparsers: Subparsers) -> None:
         help="list registered agents with their inbox backlog and when they were last seen",
         description="List every registered agent: id, provider, tier, session, inbox depth "
         "(unacknowledged envelopes), pending (handed out, not acknowledged), age of the oldest "
-        "unacknowledged envelope, dead letters and last seen (its last registration, fetch or "
-        "acknowledgement). Times are measured against the Redis server's clock. Read-only.",
+        "unacknowledged envelope, dead letters, presence (live: a sign of its session within the "
+        "presence window; gone: none) and last seen (its last registration, fetch, acknowledgement, "
+        "mail-pending wait or webhook answered). Times are measured against the Redis server's "
+        "clock. Read-only. `relay agents retire ID` ends a registration.",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument(
@@ -46,6 +60,8 @@ def register(subparsers: Subparsers) -> None:
     )
     add_options(parser, ShellSettings)
     parser.set_defaults(handler=_agents)
+    actions = parser.add_subparsers(dest="agents_action", metavar="ACTION", parser_class=type(parser))
+    lifecycle.add_retire(actions)
 
 
 def _agents(args: argparse.Namespace) -> int:
@@ -76,6 +92,7 @@ def agent_json(a: AgentOverview, now_ms: int) -> dict[str, object]:
         "oldest_unacked_at": None if a.oldest_unacked_ms is None else format_ms(a.oldest_unacked_ms),
         "oldest_unacked_seconds": _seconds(a.oldest_unacked_ms, now_ms),
         "dead_letters": a.dead_letters,
+        "presence": presence(a.last_seen_ms, now_ms, a.ended_at_ms),
         "last_seen": None if a.last_seen_ms is None else format_ms(a.last_seen_ms),
         "last_seen_seconds_ago": _seconds(a.last_seen_ms, now_ms),
     }
@@ -103,6 +120,7 @@ def as_text(page: AgentsPage) -> str:
             str(a.pending),
             brief(a.oldest_unacked_ms, now),
             str(a.dead_letters),
+            presence(a.last_seen_ms, now, a.ended_at_ms),
             brief(a.last_seen_ms, now),
         )
         for a in page.agents

@@ -70,8 +70,8 @@ local function entry_of(envelope)
   return string.format('%.0f-%.0f', ms, seq), string.sub(envelope, 21)
 end
 -- record how an envelope left its inbox, for its sender's status: in `outcomes` (the hash of the day)
--- nonce -> "<entry id> <attempts> <how>", how being 'acked', 'expired', 'dead <reason>' or
--- 'requeued <new entry id> <new nonce>'; kept until `until_ms` (ms since the epoch; '0' = keep none);
+-- nonce -> "<entry id> <attempts> <how>", how being 'acked', 'expired', 'dead <reason>',
+-- 'purged' (purge.lua) or 'requeued <new entry id> <new nonce>'; kept until `until_ms` (ms since the epoch; '0' = keep none);
 -- entry_outcomes writes several at once (`records`: nonce, value, ...)
 local function entry_outcomes(outcomes, until_ms, records)
   if until_ms ~= '0' and #records > 0 then

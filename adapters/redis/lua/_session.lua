@@ -3,10 +3,17 @@
 -- holds 'session' (the live one) and 'superseded' (sessions it replaced, newest first,
 -- space-separated, as many as register.lua keeps). Session ids never contain spaces (broker/ids.py).
 -- nil when `caller` may act ("" = do not check), else the error reply to return:
--- RELAY_UNREGISTERED (no registration), RELAY_SUPERSEDED (`caller` was replaced by a newer session),
+-- RELAY_RETIRED (no registration: an operator retired the agent, and `caller` is one of the sessions
+-- it had then, or "": the hash `retired`, field 'sessions', retire.lua), RELAY_UNREGISTERED (no
+-- registration), RELAY_SUPERSEDED (`caller` was replaced by a newer session),
 -- RELAY_SESSION_UNREGISTERED (`caller` never registered: another session holds the registration).
-local function session_refusal(live, superseded, caller)
+-- `retired` is only read when there is no registration, so a registered caller pays nothing for it.
+local function session_refusal(live, superseded, caller, retired)
   if not live then
+    local sessions = redis.call('HGET', retired, 'sessions')
+    if sessions and (caller == '' or string.find(' ' .. sessions .. ' ', ' ' .. caller .. ' ', 1, true)) then
+      return redis.error_reply('RELAY_RETIRED')
+    end
     return redis.error_reply('RELAY_UNREGISTERED')
   end
   if caller == '' or live == caller then

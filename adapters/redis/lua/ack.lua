@@ -5,6 +5,7 @@ local inbox = KEYS[2] -- inbox stream
 local outcomes = KEYS[3] -- outcome hash of the day (the senders' status)
 local history = KEYS[4] -- the agent's history stream
 local at = KEYS[5] -- the history positions hash
+local retired = KEYS[6] -- the agent's retirement (retire.lua), read only when it has no registration
 local session = ARGV[1] -- "" = do not check
 local group = ARGV[2] -- consumer group
 local until_ms = ARGV[3] -- when outcome records expire (ms since the epoch; 0 = no records)
@@ -18,9 +19,9 @@ local first_pair = 6 -- ARGV[6..]: stream entry id, nonce pairs (decoded from en
 -- Returns per pair {from, tier} of the envelope when acknowledged, or 0 when unknown.
 -- Records seen_at (note_seen, _session.lua). Works at maxmemory: XACK and XDEL come first, and Redis
 -- does not refuse them there (they free memory); the outcome records after them are let through too.
--- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
+-- Errors: RELAY_RETIRED, RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', registration, 'session', 'superseded')
-local refused = session_refusal(registered[1], registered[2], session)
+local refused = session_refusal(registered[1], registered[2], session, retired)
 if refused then
   return refused
 end

@@ -7,6 +7,7 @@ local outcomes = KEYS[4] -- outcome hash of the day (the senders' status)
 local counts_key = KEYS[5] -- per-agent counts hash
 local history = KEYS[6] -- the agent's history stream
 local at = KEYS[7] -- the history positions hash
+local retired = KEYS[8] -- the agent's retirement (retire.lua), read only when it has no registration
 local session = ARGV[1] -- "" = do not check
 local group = ARGV[2] -- consumer group
 local consumer = ARGV[3] -- consumer name
@@ -25,9 +26,9 @@ local max_bytes = ARGV[10] -- the history's field bytes at most (0 = no cap)
 -- which Redis does not refuse there (the dead-letter moves after them are let through too).
 -- Returns {rows, dropped}: rows is a flat list, for each entry {id, {field, value, ...}, deliveries,
 -- first (1|0)}; dropped is a flat list of tier, reason for every entry moved to the dead letters.
--- Errors: RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
+-- Errors: RELAY_RETIRED, RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', registration, 'session', 'superseded')
-local refused = session_refusal(registered[1], registered[2], session)
+local refused = session_refusal(registered[1], registered[2], session, retired)
 if refused then
   return refused
 end

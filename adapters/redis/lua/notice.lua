@@ -3,10 +3,12 @@
 local registration = KEYS[1] -- registration hash
 local inbox = KEYS[2] -- inbox stream
 local notice = KEYS[3] -- notice hash (session, cursor, at)
+local retired = KEYS[4] -- the agent's retirement (retire.lua), read only when it has no registration
 local session = ARGV[1]
 local remind = tonumber(ARGV[2]) -- remind after, ms (0 = never)
 local listed = tonumber(ARGV[3]) -- envelopes to list
 local most = tonumber(ARGV[4]) -- envelopes to announce at most
+local seen = ARGV[5] -- '1': the agent's own wait, which records seen_at (note_seen, _session.lua)
 -- The cursor (the newest entry id announced) belongs to one session: another session starts again
 -- from the oldest entry. Entries after the cursor are announced and the cursor moves past them; with
 -- nothing new, a reminder of the unacknowledged entries is due `remind after` ms after the last notice.
@@ -15,12 +17,15 @@ local most = tonumber(ARGV[4]) -- envelopes to announce at most
 -- (told twice rather than never while inboxes are full).
 -- Returns {count, unacknowledged, reminder (1|0), ms until a reminder is due (-1 = none),
 --          {{entry id, {field, value, ...}}, ...} (the oldest announced, at most listed)}.
--- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
+-- Errors (nothing written): RELAY_RETIRED, RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
 -- (_session.lua).
 local registered = redis.call('HMGET', registration, 'session', 'superseded')
-local refused = session_refusal(registered[1], registered[2], session)
+local refused = session_refusal(registered[1], registered[2], session, retired)
 if refused then
   return refused
+end
+if seen == '1' then
+  note_seen(registration)
 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

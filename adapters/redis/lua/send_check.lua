@@ -3,7 +3,8 @@
 local registration = KEYS[1] -- sender registration hash
 local bucket_key = KEYS[2] -- sender rate-limit hash (token bucket: tokens, ts)
 local day_index = KEYS[3] -- the sender's status index of the day (hash: nonce -> "<recipient> <sent_at ms>")
-local claim_key = KEYS[4] -- the idempotency claim (string: request hash), only when request_hash is not ''
+local retired = KEYS[4] -- the sender's retirement (retire.lua), read only when it has no registration
+local claim_key = KEYS[5] -- the idempotency claim (string: request hash), only when request_hash is not ''
 local session = ARGV[1] -- sender session ("" = do not check)
 local rate = tonumber(ARGV[2]) -- send rate per second (0 = unlimited)
 local burst_arg = ARGV[3] -- burst (bucket size)
@@ -19,10 +20,10 @@ local index_until = ARGV[8] -- when the status index expires (ms since the epoch
 -- refuses, send_refund.lua undoes this step.
 -- Returns {sender's tier label, repeat (1|0), the bucket size send_refund.lua gives the token back
 -- with ('0': no token was taken), sender's provider (send_append.lua's contact policy reads it)}.
--- Errors (nothing written): RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
+-- Errors (nothing written): RELAY_RETIRED, RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED
 -- (_session.lua), RELAY_IDEMPOTENCY_CONFLICT, RELAY_RATE_LIMITED <retry ms>.
 local sender = redis.call('HMGET', registration, 'tier', 'session', 'superseded', 'provider')
-local refused = session_refusal(sender[2], sender[3], session)
+local refused = session_refusal(sender[2], sender[3], session, retired)
 if refused then
   return refused
 end

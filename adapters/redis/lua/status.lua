@@ -10,7 +10,7 @@ local first_envelope = 4
 -- Read-only. An entry still in the inbox is 'delivered' when pending (with its delivery count),
 -- 'expired' when its expires_at has passed, else 'queued'. An entry gone from the inbox is what its
 -- outcome record (_entry.lua) says, when the record is of that very entry id: 'acknowledged',
--- 'expired' or 'dead_lettered' with its attempts (and reason); a requeued one is followed to the entry
+-- 'expired', 'purged' or 'dead_lettered' with its attempts (and reason); a requeued one is followed to the entry
 -- it became. Without such a record (the nonce at another position, an entry deleted by hand) it is
 -- 'unknown'.
 -- Returns per envelope {state, deliveries (-1 = not known), reason or ''}.
@@ -62,6 +62,8 @@ for i = first_envelope, #ARGV, 3 do
         result = {'acknowledged', tonumber(attempts), ''}
       elseif how == 'expired' then
         result = {'expired', tonumber(attempts), 'expired'}
+      elseif how == 'purged' then
+        result = {'purged', tonumber(attempts), ''}
       else
         result = {'dead_lettered', tonumber(attempts), rest}
       end

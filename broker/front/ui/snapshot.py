@@ -15,6 +15,7 @@ from typing import Final
 
 from broker.policy import PolicySummary
 from broker.ports import AgentOverview, IOperatorView, IPolicyStore
+from broker.presence import presence
 
 DEFAULT_MAX_AGE: Final = 1.0
 MAX_AGENTS: Final = 20_000
@@ -52,6 +53,7 @@ def _row(agent: AgentOverview, now_ms: int, policy: PolicySummary) -> dict[str, 
         "oldest": age(agent.oldest_unacked_ms),
         "dead": agent.dead_letters,
         "last_seen": age(agent.last_seen_ms),
+        "presence": presence(agent.last_seen_ms, now_ms, agent.ended_at_ms),
         "policy": policy.label,
     }
 

@@ -131,7 +131,7 @@
     const columns = [
       ["agent", "Agent"], ["provider", "Provider"], ["tier", "Tier"], ["session", "Session"],
       ["depth", "Inbox", true], ["pending", "Pending", true], ["oldest", "Oldest unacked", true],
-      ["dead", "Dead letters", true], ["last_seen", "Last seen", true], ["policy", "Accepts from"],
+      ["dead", "Dead letters", true], ["last_seen", "Presence, last seen", true], ["policy", "Accepts from"],
     ];
     const summary = el("div", { class: "summary" });
     const search = el("input", { type: "search", placeholder: "agent id starts with…", value: agentsState.q, "aria-label": "filter" });
@@ -179,7 +179,8 @@
         el("td", { class: "num" }, a.pending),
         el("td", { class: "num " + level(a.oldest, t.oldest), "data-col": "oldest" }, age(a.oldest)),
         el("td", { class: "num" + (a.dead > 0 ? " warn" : "") }, a.dead),
-        el("td", { class: "num muted" }, a.last_seen === null ? "-" : age(a.last_seen) + " ago"),
+        el("td", { class: "num muted", "data-col": "presence" },
+          a.presence + (a.last_seen === null ? "" : ", " + age(a.last_seen) + " ago")),
         el("td", { "data-col": "policy", title: "relay policy show " + a.agent }, a.policy))));
       const last = Math.min(data.offset + data.limit, data.matched);
       pager.textContent = data.matched ? (data.offset + 1) + "–" + last + " of " + data.matched : "no agents";
