@@ -1,6 +1,6 @@
 """What history costs (docs/history.md), and the ``history`` part of ``bench/run.py``:
 
-    python bench/history.py [STORED]     # default 1,000,000 stored envelopes; a few minutes
+    python bench/history.py [STORED] [--through-relay]   # default 1,000,000 stored; a few minutes
     python bench/run.py --only history   # the same figures as the part (--quick: 100,000 stored)
 
 1. Bytes: one sender sends 20,000 envelopes (a 300-byte text, then a 28-byte one) to one recipient
@@ -42,16 +42,20 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings, driver
 from adapters.redis.embedded import EmbeddedRedis
+from adapters.redis.inbox import retained_until
 from adapters.redis.operator_view import RedisOperatorView
+from adapters.redis.pipeline import pack
+from adapters.redis.protocol import DAY_MS, SendAppended, send_call
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
-from broker.envelope import format_ms
+from broker.envelope import format_ms, now_ms
 from broker.front.mail_tool import SearchAgentMessages
 from broker.front.tokens import AgentIdentity
+from broker.ids import new_nonce
 from broker.limits import MAX_FETCH_LIMIT
-from broker.ports import HistoryQuery
+from broker.ports import HistoryQuery, SendOptions
 from broker.relay import Relay
 
 ADDRESS = ClaudeCodeAddress.parse("127.0.0.1:14111")
@@ -67,7 +71,6 @@ HISTORY_ON_MS = 30 * 24 * 3600 * 1000
 BYTES_COUNT = 20_000
 READS = 50
 SEARCHES = 20
-WEEK_MS = 7 * 24 * 3600 * 1000
 
 
 def relay_on(
@@ -134,8 +137,66 @@ def filler(i: int) -> AgentMessage:
     return AgentMessage(kind=Kind.KIND_NOTE, text=text)
 
 
-async def fill(relay: Relay[AgentMessage], view: RedisOperatorView, stored: int) -> Store:
-    """``stored`` envelopes among ``AGENTS`` agents; nine in ten acknowledged, the rest queued."""
+class Pipelined:
+    """Sends as ``RedisInboxStore.append`` makes them on one Redis (``send.lua``, the call
+    ``send_call(...).combined()`` builds, the same nonce, day and retentions), ``ROUND`` at a time in
+    one pipeline of ``EVALSHA`` on one connection, packed and written as the auto-pipeline does
+    (``pipeline.pack``, ``driver.write``): the product's script and codec, without the per-call cost
+    of the relay and of the auto-pipeline's batches of 8. Each reply is read by ``SendAppended.read``;
+    a refusal fails the fill."""
+
+    def __init__(self, relay: Relay[AgentMessage], connection: RedisConnection, url: str) -> None:
+        self.relay, self.connection = relay, connection
+        self.client = Redis.from_url(url, decode_responses=True)
+        self.script = connection.scripts.send
+        store = relay._inbox  # the bench builds the calls of the store it fills
+        assert isinstance(store, RedisInboxStore)
+        self.store = store
+        self.loaded = False
+
+    async def send(self, pairs: list[tuple[str, str, AgentMessage]]) -> int:
+        settings, keys = self.connection.settings, self.connection.keys
+        if not self.loaded:  # send.lua is one Redis's whole send (a cluster takes two steps)
+            assert self.connection.single_node
+            self.loaded = await self.client.script_load(self.script.source) == self.script.sha
+        commands: list[tuple[str | int, ...]] = []
+        for sender, to, body in pairs:
+            sent_at_ms = now_ms()
+            day = sent_at_ms // DAY_MS
+            call = send_call(
+                keys,
+                settings,
+                sender,
+                to,
+                self.relay.contract.to_fields(body),
+                sent_at_ms=sent_at_ms,
+                session=None,
+                options=SendOptions(),
+                nonce=new_nonce(),
+                day=day,
+                index_until=retained_until(day, settings.status_retention_ms),
+                replies_until=self.store._replies_until,
+            ).combined()
+            commands.append(("EVALSHA", self.script.sha, len(call.keys), *call.keys, *call.args))
+        pool = self.client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:  # packed and written as the auto-pipeline does (a refusal raises its ResponseError)
+            await driver.write(connection, pack(commands))
+            replies = [await driver.read(connection) for _ in commands]
+        finally:
+            await pool.release(connection)
+        return sum(1 for reply in replies if SendAppended.read(reply).stream_id)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+async def fill(
+    relay: Relay[AgentMessage], view: RedisOperatorView, stored: int, pipelined: Pipelined | None
+) -> Store:
+    """``stored`` envelopes among ``AGENTS`` agents; nine in ten acknowledged, the rest queued. Sent
+    through ``relay.send`` (concurrently: the auto-pipeline carries them), or ``pipelined``; fetched
+    and acknowledged through ``relay.fetch`` and ``relay.ack``, every inbox at once."""
     store = Store([f"agent-{i:02d}" for i in range(AGENTS)])
     agents = store.agents
     for agent in agents:
@@ -144,13 +205,16 @@ async def fill(relay: Relay[AgentMessage], view: RedisOperatorView, stored: int)
     day_starts, day_from = max(0, archived - DAY), 0
     began = time.perf_counter()
 
-    async def one_round(first: int, count: int, take: bool) -> None:
-        def pair(i: int) -> tuple[str, str]:
-            k = i % AGENTS
-            return agents[k], agents[(k + 1 + (i // AGENTS) % (AGENTS - 1)) % AGENTS]
+    def pair(i: int) -> tuple[str, str, AgentMessage]:
+        k = i % AGENTS
+        return agents[k], agents[(k + 1 + (i // AGENTS) % (AGENTS - 1)) % AGENTS], filler(i)
 
-        sent = await asyncio.gather(*(relay.send(*pair(i), filler(i)) for i in range(first, first + count)))
-        store.sent += len(sent)
+    async def one_round(first: int, count: int, take: bool) -> None:
+        sends = [pair(i) for i in range(first, first + count)]
+        if pipelined is not None:
+            store.sent += await pipelined.send(sends)
+        else:
+            store.sent += len(await asyncio.gather(*(relay.send(*one) for one in sends)))
         if take:
             got = await asyncio.gather(*(relay.fetch(a, MAX_FETCH_LIMIT) for a in agents))
             done = await asyncio.gather(
@@ -279,8 +343,12 @@ async def cycle_rate(url: str, prefix: str, duration: float, retention_ms: int, 
     return done / elapsed
 
 
-async def history_figures(url: str, stored: int, rounds: int = 3, duration: float = 2.0) -> dict[str, Any]:
-    """The part's figures; ``history_lost`` and ``history_duplicated`` count every envelope it sent."""
+async def history_figures(
+    url: str, stored: int, rounds: int = 3, duration: float = 2.0, *, through_relay: bool = False
+) -> dict[str, Any]:
+    """The part's figures; ``history_lost`` and ``history_duplicated`` count every envelope it sent.
+    The store's sends go in pipelines of ``send.lua`` (``Pipelined``), or with ``through_relay``
+    through ``Relay.send``."""
     long, at = await archived_bytes(url, "hb", BYTES_COUNT, "x" * 300)
     short, _ = await archived_bytes(url, "hs", BYTES_COUNT, "please run the nightly build")
     relay, connection = relay_on(url, "hstore")
@@ -288,7 +356,12 @@ async def history_figures(url: str, stored: int, rounds: int = 3, duration: floa
     async with relay:
         await view.open()
         try:
-            store = await fill(relay, view, stored)
+            pipelined = None if through_relay else Pipelined(relay, connection, url)
+            try:
+                store = await fill(relay, view, stored, pipelined)
+            finally:
+                if pipelined is not None:
+                    await pipelined.close()
             reads = await thread_read(view, store)
             search = await search_day(relay, view, store)
         finally:
@@ -303,6 +376,7 @@ async def history_figures(url: str, stored: int, rounds: int = 3, duration: floa
     return {
         "history_stored": stored,
         "history_fill_s": round(store.seconds, 1),
+        "history_fill": "relay" if through_relay else "pipelined",
         "thread_read_p50_ms": round(p50, 2),
         "thread_read_p99_ms": round(p99, 2),
         **search,
@@ -321,8 +395,9 @@ def describe(figures: dict[str, Any]) -> str:
     f = figures
     return (
         f"history: {f['history_stored']:,} stored (9/10 archived, 20 agents) filled in "
-        f"{f['history_fill_s']} s; thread of 6 read p50 {f['thread_read_p50_ms']} ms, p99 "
-        f"{f['thread_read_p99_ms']} ms; search of a day of {f['search_day_envelopes']:,}: relay search p50 "
+        f"{f['history_fill_s']} s ({f['history_fill']} sends); thread of 6 read p50 "
+        f"{f['thread_read_p50_ms']} ms, p99 {f['thread_read_p99_ms']} ms; search of a day of "
+        f"{f['search_day_envelopes']:,}: relay search p50 "
         f"{f['search_day_p50_ms']} ms p99 {f['search_day_p99_ms']} ms ({f['search_day_read']} entries read), "
         f"SearchAgentMessages p50 {f['search_agent_day_p50_ms']} ms p99 {f['search_agent_day_p99_ms']} ms; "
         f"{f['history_bytes_per_envelope']} B per archived envelope (300-byte text); core rate history "
@@ -331,11 +406,13 @@ def describe(figures: dict[str, Any]) -> str:
 
 
 async def main() -> int:
-    stored = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    through_relay = "--through-relay" in sys.argv
+    given = [a for a in sys.argv[1:] if a != "--through-relay"]
+    stored = int(given[0]) if given else 1_000_000
     server = EmbeddedRedis()
     server.start()
     try:
-        figures = await history_figures(server.url, stored)
+        figures = await history_figures(server.url, stored, through_relay=through_relay)
     finally:
         server.stop()
     print(describe(figures))
