@@ -7,12 +7,11 @@
    through ``Relay.send``; the recipient fetches and acknowledges every one, so each is archived in
    its history by the acknowledge script. ``MEMORY USAGE key SAMPLES 0`` (every stream node counted)
    of the history stream (and of the positions hash), divided by the envelopes archived.
-2. The store: STORED envelopes among 20 agents (each sends to the 19 others in turn), through
-   ``Relay.send``, ``fetch`` and ``ack`` on the Redis adapter: rounds of ``ROUND`` sends at once (the
-   auto-pipeline carries them), then every recipient's fetch and acknowledgement at once. Nine in ten
-   are acknowledged (archived in the recipients' histories); the last tenth stays queued in inboxes.
-   The time it takes is ``history_fill_s``. Envelopes are counted: ``lost`` = sent but neither
-   acknowledged nor queued at the end, ``duplicated`` = handed out a second time.
+2. The store: STORED envelopes among 20 agents (each sends to the 19 others in turn), in rounds of
+   ``ROUND`` sends (in one pipeline of ``send.lua``: ``Pipelined``; with ``--through-relay``, through
+   ``Relay.send`` at once), then every recipient's ``Relay.fetch`` and ``Relay.ack`` at once. Nine in
+   ten are acknowledged (archived); the last tenth stays queued. ``history_fill_s`` is its time;
+   ``lost`` = sent but neither acknowledged nor queued at the end, ``duplicated`` = handed out twice.
 3. Thread read: a thread of 6 between two agents sent in the middle of the store (four envelopes
    acknowledged, two still queued), read through ``RedisOperatorView.thread`` (what ``relay thread``
    and the dashboard call), 50 reads: p50 and p99.
@@ -344,14 +343,21 @@ async def cycle_rate(url: str, prefix: str, duration: float, retention_ms: int, 
 
 
 async def history_figures(
-    url: str, stored: int, rounds: int = 3, duration: float = 2.0, *, through_relay: bool = False
+    url: str,
+    stored: int,
+    rounds: int = 3,
+    duration: float = 2.0,
+    *,
+    through_relay: bool = False,
+    bytes_count: int = BYTES_COUNT,
+    tag: str = "h",
 ) -> dict[str, Any]:
     """The part's figures; ``history_lost`` and ``history_duplicated`` count every envelope it sent.
     The store's sends go in pipelines of ``send.lua`` (``Pipelined``), or with ``through_relay``
-    through ``Relay.send``."""
-    long, at = await archived_bytes(url, "hb", BYTES_COUNT, "x" * 300)
-    short, _ = await archived_bytes(url, "hs", BYTES_COUNT, "please run the nightly build")
-    relay, connection = relay_on(url, "hstore")
+    through ``Relay.send``. ``tag`` starts every key prefix the part uses."""
+    long, at = await archived_bytes(url, f"{tag}b", bytes_count, "x" * 300)
+    short, _ = await archived_bytes(url, f"{tag}s", bytes_count, "please run the nightly build")
+    relay, connection = relay_on(url, f"{tag}store")
     view = RedisOperatorView(connection)
     async with relay:
         await view.open()
@@ -369,8 +375,8 @@ async def history_figures(
     cycles = Cycles()
     pairs = []
     for round_ in range(rounds):  # on, off, on, off...: each pair back to back (the machine is shared)
-        on = await cycle_rate(url, f"hcon{round_}", duration, HISTORY_ON_MS, cycles)
-        off = await cycle_rate(url, f"hcoff{round_}", duration, 0, cycles)
+        on = await cycle_rate(url, f"{tag}con{round_}", duration, HISTORY_ON_MS, cycles)
+        off = await cycle_rate(url, f"{tag}coff{round_}", duration, 0, cycles)
         pairs.append((on, off))
     p50, p99 = p50_p99(reads)
     return {
