@@ -31,6 +31,8 @@ credentials: a per-agent credential's costs (``bench/credentials.py``): ``token_
 workbench: 8 agent SDK sessions (``bench/workbench.py``): send -> prompt handed to the session
     (``workbench_prompt_p50_ms``, ``_p99_ms``), idle RSS per session of each runtime, and
     ``workbench_lost`` (0) with session CLIs SIGKILLed mid-stream; skipped without the SDKs.
+history: a thread of 6 read among 1,000,000 stored envelopes, a search over a day of 100,000,
+    bytes per archived envelope and ``core_ratio_history`` (``bench/history.py``); ``--quick``: 100,000.
 
 Every relay message carries a unique id in its text; the bench counts deliveries per id and reports
 lost (sent but never acknowledged) and duplicated (delivered again after its acknowledgement) messages.
@@ -751,6 +753,14 @@ async def bench(args: argparse.Namespace) -> int:
             from workbench import workbench_figures  # bench/workbench.py
 
             figures.update(await workbench_figures(server.url, samples=80 if quick else 200))
+        if not args.skip_history:
+            from history import describe, history_figures  # bench/history.py
+
+            found = await history_figures(server.url, 100_000 if quick else 1_000_000, rounds, duration)
+            print(describe(found), flush=True)
+            lost, duplicated = found.pop("history_lost"), found.pop("history_duplicated")
+            all_rounds.append(Result("history", 0, 0.0, lost=lost, duplicated=duplicated))
+            figures.update(found)
         if args.cluster:
             key_file = tmp / "relay.key"
             if not key_file.exists():
@@ -806,7 +816,7 @@ async def bench(args: argparse.Namespace) -> int:
 
 # -- --compare REF -------------------------------------------------------------------------------
 
-PARTS = ("core", "mcp", "network", "people", "wake", "workbench")
+PARTS = ("core", "mcp", "network", "people", "wake", "workbench", "history")
 """What ``--only`` picks from; each is a ``--skip-PART`` flag otherwise."""
 
 
@@ -916,6 +926,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--skip-workbench", action="store_true", help="without the Workbench figures (8 SDK sessions)"
+    )
+    parser.add_argument(
+        "--skip-history", action="store_true", help="without the history figures (1,000,000 stored)"
     )
     parser.add_argument(
         "--cluster",
