@@ -25,6 +25,7 @@ if refused then
   return refused
 end
 local out, records = {}, {}
+local trimmed, now_ms = false, nil -- the history is trimmed by time once per call, at its first entry
 for i = first_pair, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
   local fields = entry_with_nonce(inbox, id, nonce)
@@ -34,7 +35,8 @@ for i = first_pair, #ARGV, 2 do
     local count = row and row[4]
     if count and redis.call('XACK', inbox, group, id) == 1 then
       redis.call('XDEL', inbox, id)
-      entry_archive(history, at, keep_ms, max_bytes, {id, fields}, count, 'acknowledged', nil)
+      local read = entry_archive(history, at, keep_ms, max_bytes, {id, fields}, count, 'acknowledged', nil, trimmed)
+      now_ms, trimmed = now_ms or read, true
       records[#records + 1] = nonce
       records[#records + 1] = id .. ' ' .. count .. ' acked'
       result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}
@@ -43,5 +45,5 @@ for i = first_pair, #ARGV, 2 do
   out[#out + 1] = result
 end
 entry_outcomes(outcomes, until_ms, records)
-note_seen(registration)
+note_seen(registration, now_ms)
 return out
