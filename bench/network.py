@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,7 @@ async def network_phases(redis_url: str, tmp: Path, rounds: int, duration: float
                             await tls.get(f"https://127.0.0.1:{network_port}/healthz")
                             break
                 await asyncio.sleep(0.05)
-            figures = await _webhooks(keyring, plain, plain_url, tls, tls_url, cert, key, rounds)
+            figures = await _webhooks(redis_url, keyring, plain, plain_url, tls, tls_url, cert, key, rounds)
             figures.update(await _tls_ratio(keyring, plain, plain_url, tls, tls_url, rounds, duration))
             return figures
     finally:
@@ -174,7 +175,15 @@ async def network_phases(redis_url: str, tmp: Path, rounds: int, duration: float
 
 
 async def _webhooks(
-    keyring: Any, plain: Any, plain_url: str, tls: Any, tls_url: str, cert: Path, key: Path, rounds: int
+    redis_url: str,
+    keyring: Any,
+    plain: Any,
+    plain_url: str,
+    tls: Any,
+    tls_url: str,
+    cert: Path,
+    key: Path,
+    rounds: int,
 ) -> dict[str, Any]:
     receiver, port = _Receiver(), _free_port()
     hook = f"https://127.0.0.1:{port}/hook"
@@ -191,10 +200,65 @@ async def _webhooks(
         await _call(plain, plain_url, sender, "RegisterAgentAddress", register)
         paced = await _paced(plain, plain_url, sender, agents, receiver, rounds * AGENTS)
         saturated = await _saturated(plain, plain_url, sender, agents, receiver, rounds)
+        steps = await _notifier_steps(redis_url, agents[0], tls, hook)
     figures = {f"webhook_{k}": v for k, v in paced.items()}
     figures |= {f"webhook_saturated_{k}": v for k, v in saturated.items() if k != "after_send_p99_ms"}
     figures["webhook_missing"] = figures.pop("webhook_missing") + figures.pop("webhook_saturated_missing")
-    return figures
+    return figures | steps
+
+
+STEP_SAMPLES = 200
+
+
+async def _notifier_steps(redis_url: str, agent: str, http: Any, hook: str) -> dict[str, Any]:
+    """What each step of one notification takes, one at a time from the bench process on the same
+    Redis as ``relay serve`` (its default prefix): the notifier's three Redis calls around the
+    announcement (``target``, ``claim``, ``release``), the announcement (a notice read with nothing
+    new), and, after them (the receiver shares the bench's event loop), a signed POST to the receiver
+    on the kept-alive HTTPS connection; p50 in ms."""
+    from adapters.redis import RedisConnection, RedisSettings
+    from adapters.redis.notice import RedisNoticeStore
+    from adapters.redis.webhooks import RedisWebhooks
+    from broker.webhooks import announce
+
+    connection = RedisConnection(RedisSettings(url=redis_url))
+    await connection.open()
+    try:
+        webhooks, notices = RedisWebhooks(connection), RedisNoticeStore(connection)
+        target = await webhooks.target(agent)
+        assert target is not None
+        timings: dict[str, list[float]] = {k: [] for k in ("target", "claim", "announce", "release", "post")}
+        body = json.dumps({"type": "bench", "data": {"agent": agent, "envelopes": []}})
+        signer = Webhook(target.secret)
+        for _ in range(STEP_SAMPLES):
+            t0 = time.perf_counter()
+            await webhooks.target(agent)
+            t1 = time.perf_counter()
+            assert await webhooks.claim(agent, "bench", 60)
+            t2 = time.perf_counter()
+            await announce(notices, target)
+            t3 = time.perf_counter()
+            await webhooks.release(agent, "bench")
+            t4 = time.perf_counter()
+            stamp = datetime.now(UTC)
+            headers = {"webhook-id": "msg_bench", "webhook-timestamp": str(int(stamp.timestamp()))}
+            headers["webhook-signature"] = signer.sign("msg_bench", stamp, body)
+            t5 = time.perf_counter()
+            await http.post(hook, content=body.encode(), headers=headers)
+            t6 = time.perf_counter()
+            marks = {"target": (t0, t1), "claim": (t1, t2), "announce": (t2, t3), "release": (t3, t4)}
+            for name, (a, b) in (marks | {"post": (t5, t6)}).items():
+                timings[name].append((b - a) * 1000)
+    finally:
+        await connection.close()
+    p50 = {name: _percentile(values, 0.5) for name, values in timings.items()}
+    print(
+        "webhook notifier steps, p50 ms, one at a time: "
+        + ", ".join(f"{name} {value:.2f}" for name, value in p50.items())
+        + f"; Redis round trips around the announcement {p50['target'] + p50['claim'] + p50['release']:.2f}",
+        flush=True,
+    )
+    return {f"webhook_step_{name}_ms": round(value, 2) for name, value in p50.items()}
 
 
 async def _paced(
