@@ -598,6 +598,11 @@ def merged(rounds: list[Result]) -> Result:
     return out
 
 
+def redis_us(result: Result) -> float:
+    """Redis CPU per message of ``result`` in µs."""
+    return round(result.redis_cpu / result.messages * 1e6, 1) if result.messages else 0.0
+
+
 def ratio(rounds: list[Result], baselines: list[Result], calls: bool = False) -> float:
     """Median over rounds of (rate / baseline rate), each pair measured back to back."""
     pairs = [
@@ -832,6 +837,9 @@ async def bench(args: argparse.Namespace) -> int:
             "core_c16_msgs_per_s": round(results["redis_one_c16"].median_rate),
             "batched_c16_msgs_per_s": round(results["redis_batch_c16"].median_rate),
             "memory_c16_msgs_per_s": round(results["memory_one_c16"].median_rate),
+            # Redis CPU moves less with the machine's load than the rates: read ratios next to these
+            "core_c16_redis_us_per_msg": redis_us(results["redis_one_c16"]),
+            "batched_c16_redis_us_per_msg": redis_us(results["redis_batch_c16"]),
         }
     for key in [k for k in figures if k.startswith("memory_")]:
         figures.pop(key)
