@@ -118,10 +118,7 @@ local function entry_archive(history, at, keep_ms, max_bytes, e, attempts, outco
   if keep_ms == '0' then
     return nil
   end
-  local kept = {}
-  for j = 1, #e[2] do
-    kept[j] = e[2][j]
-  end
+  local kept = {unpack(e[2])}
   kept[#kept + 1] = 'entry_id'
   kept[#kept + 1] = e[1]
   kept[#kept + 1] = 'attempts'
