@@ -81,13 +81,20 @@ async def server_cpu_figures(
                     acked.add(envelope["message"]["text"].split(" ", 2)[1])
 
         per_round: list[tuple[float, float, float, float]] = []
+        calls: dict[str, int] = {}
         for _ in range(rounds):
+            stats0 = await monitor.info("commandstats")
             redis0, workers0 = await redis_cpu(monitor), workers.cpu()
             began = time.perf_counter()
             counts = await asyncio.gather(*(loop(*a, began + duration) for a in agents))
             elapsed = time.perf_counter() - began
             worker_s, redis_s = workers.cpu() - workers0, await redis_cpu(monitor) - redis0
             messages = sum(counts)
+            stats = await monitor.info("commandstats")
+            for name, row in stats.items():
+                calls[name] = (
+                    calls.get(name, 0) + int(row["calls"]) - int(stats0.get(name, {}).get("calls", 0))
+                )
             if messages:
                 per_round.append((worker_s / messages, redis_s / messages, messages / elapsed, elapsed))
             await asyncio.gather(*(drain(*a) for a in agents))
@@ -95,10 +102,14 @@ async def server_cpu_figures(
     redis_us = median([r[1] for r in per_round]) * 1e6
     total_ms = median([r[0] + r[1] for r in per_round]) * 1e3
     rate = median([r[2] for r in per_round])
+    total = sum(round(r[2] * r[3]) for r in per_round)
+    scripts = calls.get("cmdstat_evalsha", 0) / max(total, 1)
+    commands = sum(calls.values()) / max(total, 1)  # a script's own commands are counted too (Redis 7)
     print(
         f"MCP one at a time, {CLIENTS} JSON-RPC clients on {len(workers.urls)} workers: {rate:.0f} msgs/s, "
         f"server CPU {total_ms:.2f} ms per message (workers {worker_us:.0f} µs, Redis {redis_us:.0f} µs; "
-        f"rounds: {', '.join(f'{(r[0] + r[1]) * 1e3:.2f}' for r in per_round)})",
+        f"rounds: {', '.join(f'{(r[0] + r[1]) * 1e3:.2f}' for r in per_round)}); per message {scripts:.1f} "
+        f"script calls, {commands:.1f} Redis commands in all",
         flush=True,
     )
     return {
