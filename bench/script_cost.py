@@ -28,16 +28,24 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.redis import GROUP, RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import (
+    GROUP,
+    RedisConnection,
+    RedisInboxStore,
+    RedisPolicyStore,
+    RedisRegistry,
+    RedisSettings,
+)
 from adapters.redis.embedded import EmbeddedRedis
-from adapters.redis.inbox import DAY_MS, outcome_hash, retained_until
-from adapters.redis.protocol import send_call
+from adapters.redis.inbox import outcome_hash, retained_until
+from adapters.redis.protocol import DAY_MS, send_call
 from adapters.redis.protocol_inbox import HistoryRule, ack_call
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import now_ms
 from broker.ids import new_nonce
-from broker.limits import DEFAULT_MAX_DELIVERIES, request_hash
+from broker.limits import DEFAULT_MAX_DELIVERIES, MAX_POLICY_AGENTS, request_hash
+from broker.policy import listing
 from broker.ports import SendOptions
 from broker.relay import Relay
 
@@ -70,8 +78,8 @@ async def ack_cost(url: str, batch: int, settings: dict[str, Any], tag: str) -> 
                     )
                 )
             inbox = connection.keys.inbox("r")
-            reply = await monitor.xreadgroup(GROUP, "r", {inbox: ">"}, count=ENVELOPES)
-            rows = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
+            reply: Any = await monitor.xreadgroup(GROUP, "r", {inbox: ">"}, count=ENVELOPES)
+            rows: list[Any] = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
             entries = [(i.decode(), f[b"nonce"].decode()) for i, f in rows]
             assert len(entries) == ENVELOPES
             outcomes, until = outcome_hash(connection, "r", now_ms())
@@ -101,9 +109,19 @@ async def ack_cost(url: str, batch: int, settings: dict[str, Any], tag: str) -> 
         await monitor.aclose()
 
 
-async def send_cost(url: str, settings: dict[str, Any], tag: str) -> float:
+async def send_cost(
+    url: str,
+    settings: dict[str, Any],
+    tag: str,
+    *,
+    idempotency: bool = True,
+    ttl: bool = True,
+    policy: bool = False,
+) -> float:
     """Redis CPU µs per ``send.lua`` call (one Redis: the whole send in one script), each a new
-    envelope with its own idempotency key and a ``ttl_ms``, round robin over 16 recipients (one round)."""
+    envelope with its own idempotency key and a ``ttl_ms`` (unless turned off), round robin over 16
+    recipients; with ``policy`` each recipient accepts a list of 1,000 ids that names the sender (one
+    round)."""
     connection = RedisConnection(RedisSettings(url=url, prefix=f"sc{tag}", **settings))
     monitor = Redis.from_url(url)
     address = ClaudeCodeAddress.parse("127.0.0.1:1")
@@ -112,14 +130,22 @@ async def send_cost(url: str, settings: dict[str, Any], tag: str) -> float:
     try:
         async with relay:
             await relay.register("s", address, "x")
+            policies = RedisPolicyStore(connection)
             for k in range(16):
                 await relay.register(f"r{k}", address, "x")
+                if policy:
+                    await policies.set(
+                        f"r{k}", listing(["s", *(f"x{i}" for i in range(MAX_POLICY_AGENTS - 1))])
+                    )
             now = now_ms()
             day = now // DAY_MS
             calls = []
             for i in range(ENVELOPES):
                 to = f"r{i % 16}"
-                options = SendOptions(f"k{i}", request_hash(to, fields, 3_600_000), now + 3_600_000)
+                ttl_ms = 3_600_000 if ttl else None
+                key = f"k{i}" if idempotency else None
+                hashed = request_hash(to, fields, ttl_ms) if idempotency else None
+                options = SendOptions(key, hashed, now + ttl_ms if ttl_ms else None)
                 call = send_call(
                     connection.keys,
                     connection.settings,
@@ -146,33 +172,59 @@ async def send_cost(url: str, settings: dict[str, Any], tag: str) -> float:
         await monitor.aclose()
 
 
+ON: dict[str, Any] = {"max_deliveries": DEFAULT_MAX_DELIVERIES}
+SEND_VARIANTS: dict[str, dict[str, Any]] = {
+    "send": {},
+    "send_no_idempotency": {"idempotency": False},
+    "send_no_expiry": {"ttl": False},
+    "send_no_status": {"settings": {**ON, "status_retention_ms": 0}},
+    "send_policy": {"policy": True},
+}
+ACK_VARIANTS: dict[str, dict[str, Any]] = {
+    "ack": {},
+    "ack_no_history": {"history_retention_ms": 0},
+    "ack_no_status": {"status_retention_ms": 0},
+}
+RULES = (
+    # rule, (with, without) figure names: its cost is their difference
+    ("idempotency key", ("send", "send_no_idempotency")),
+    ("expiry (ttl_ms)", ("send", "send_no_expiry")),
+    ("status, in the send", ("send", "send_no_status")),
+    ("status, in the ack", ("ack_b1", "ack_b1_no_status")),
+    ("history, in the ack", ("ack_b1", "ack_b1_no_history")),
+    ("history, in an ack of 16 (per envelope)", ("ack_b16", "ack_b16_no_history")),
+    ("contact policy, a list of 1,000 set", ("send_policy", "send")),
+)
+
+
 async def main(args: argparse.Namespace) -> int:
     server = EmbeddedRedis(appendfsync="everysec")
     server.start()
-    figures: dict[str, float] = {}
+    runs: dict[str, list[float]] = {}
     try:
-        on = {"max_deliveries": DEFAULT_MAX_DELIVERIES}
-        if not args.batch:
-            rounds = [await send_cost(server.url, on, f"send{r}") for r in range(ROUNDS)]
-            figures["send_us"] = round(min(rounds), 2)
-            print(
-                f"send.lua: {min(rounds):.2f} µs Redis CPU per send "
-                f"(rounds: {', '.join(f'{r:.2f}' for r in rounds)})",
-                flush=True,
-            )
-        for batch in [args.batch] if args.batch else [1, 16]:
-            for label, settings in (("history", on), ("no_history", {**on, "history_retention_ms": 0})):
-                rounds = [
-                    await ack_cost(server.url, batch, settings, f"{batch}{label}{r}") for r in range(ROUNDS)
-                ]
-                figures[f"ack_b{batch}_{label}_us"] = round(min(rounds), 2)
-                print(
-                    f"ack.lua, {batch} per call, {label.replace('_', ' ')}: {min(rounds):.2f} µs Redis CPU "
-                    f"per envelope (rounds: {', '.join(f'{r:.2f}' for r in rounds)})",
-                    flush=True,
-                )
+        for r in range(ROUNDS):  # every variant once per round: the rounds interleave
+            if not args.batch:
+                for name, kwargs in SEND_VARIANTS.items():
+                    options = {k: v for k, v in kwargs.items() if k != "settings"}
+                    cost = await send_cost(server.url, kwargs.get("settings", ON), f"{name}{r}", **options)
+                    runs.setdefault(f"{name}_us", []).append(cost)
+            for batch in [args.batch] if args.batch else [1, 16]:
+                for name, extra in ACK_VARIANTS.items():
+                    if batch != 1 and name == "ack_no_status":
+                        continue
+                    label = f"ack_b{batch}{name[3:]}"
+                    cost = await ack_cost(server.url, batch, {**ON, **extra}, f"{label}{r}")
+                    runs.setdefault(f"{label}_us", []).append(cost)
     finally:
         server.stop()
+    figures = {name: round(min(values), 2) for name, values in runs.items()}
+    for name, values in runs.items():
+        rounds = ", ".join(f"{v:.2f}" for v in values)
+        print(f"{name[:-3]:<24} {min(values):6.2f} µs Redis CPU (rounds: {rounds})", flush=True)
+    for rule, (on, off) in RULES:
+        if f"{on}_us" in figures and f"{off}_us" in figures:
+            cost = figures[f"{on}_us"] - figures[f"{off}_us"]
+            print(f"  {rule:<42} {cost:5.2f} µs", flush=True)
     print("script-cost " + " ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
     return 0
 
