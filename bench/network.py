@@ -9,6 +9,8 @@ loopback (``--webhook-allow-private``) that verifies every notification with ``s
   ``rounds`` x 100 sends); per envelope, the time from its scheduled start to the verified
   notification naming it. ``webhook_saturated_p99_ms``: the same with 8 senders back to back
   (``rounds`` passes over all agents), the send rate as high as the machine gives.
+- ``webhook_step_<step>_ms``: the notifier's steps one at a time (target, claim, announce, release, a
+  signed POST), p50: what folding its Redis round trips could save.
 - ``mcp_tls_ratio``: MCP tool calls per second (8 concurrent JSON-RPC clients, each a cycle of
   ``SendAgentMessage`` to itself, ``FetchAgentInbox``, ``AcknowledgeAgentInbox``) over the network
   listener's TLS, divided by the same on the plain loopback listener; interleaved rounds, medians.

@@ -18,9 +18,17 @@ append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopba
     sharing the Redis), 1 and 16 agents, clients in their own processes; per message one
     ``SendAgentMessage``, and per 16 messages one ``FetchAgentInbox`` (limit 16) and one
     ``AcknowledgeAgentInbox``. The ceiling: a no-op tool on the same workers, same agents, same clients.
+rules: ``redis_us_per_msg`` (Redis CPU per message of (b) one at a time at c16, every delivery rule on at
+    ``relay serve``'s defaults) and what each rule costs, one rule off at a time in interleaved rounds
+    (``bench/rules.py``).
+server CPU: ``server_cpu_ms_per_msg`` (worker + Redis CPU per message, send -> fetch -> ack one at a
+    time over MCP, 8 JSON-RPC clients; ``bench/server_cpu.py``), part of the MCP phases.
 memory: Redis bytes per queued envelope (300-byte text) against a raw 300-byte stream entry.
 network: the network listener's figures (``bench/network.py``): ``webhook_p99_ms`` (send -> verified
-    webhook notification, 100 remote agents) and ``mcp_tls_ratio`` (MCP calls over TLS / plain loopback).
+    webhook notification, 100 remote agents, 20 envelopes/s offered; ``webhook_saturated_p99_ms`` beside
+    it) and ``mcp_tls_ratio`` (MCP calls over TLS / plain loopback).
+--cluster: the core and MCP phases on a local 3-master cluster, with msgs/s per master and Redis CPU per
+    message summed over the masters (docs/performance.md's sizing table).
 people: ``relay agents`` with 1,000 registered agents and 100,000 queued envelopes (``bench/people.py``).
 wake: the mail-pending wait (``bench/wake.py``): send -> waiter answered with 100 waiters parked
     (``wake_p50_ms``, ``wake_p99_ms``), and 10,000 idle waiters on one worker (``idle_waiters``,
