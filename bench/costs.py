@@ -80,7 +80,7 @@ def _append(connection: RedisConnection, to: str, nonce: str) -> Call:
     return with_tier(send.append, "host", "claudecode")
 
 
-async def publish_cost(url: str, urls: list[str]) -> tuple[float, float]:
+async def publish_cost(url: str, urls: list[str], calls: int = CALLS) -> tuple[float, float]:
     """Redis CPU µs per send_append call: (with PUBLISH, without), two subscribers listening."""
     connection = RedisConnection(RedisSettings(url=url, prefix=f"pc{secrets.token_hex(3)}"))
     await connection.open()
@@ -101,15 +101,15 @@ async def publish_cost(url: str, urls: list[str]) -> tuple[float, float]:
                 call = register_call(keys, agent, ADDRESS, "s", now=now_ms())
                 await connection.script(connection.scripts.register, call.keys, call.args, idempotent=True)
             before = await redis_cpu(urls)
-            for start in range(0, CALLS, 256):
+            for start in range(0, calls, 256):
                 await asyncio.gather(
                     *(
                         connection.script(script, call.keys, call.args, idempotent=False)
-                        for i in range(start, start + 256)
+                        for i in range(start, min(start + 256, calls))
                         for call in [_append(connection, agents[i % len(agents)], f"N{i:09d}")]
                     )
                 )
-            figures.append((await redis_cpu(urls) - before) / CALLS * 1e6)
+            figures.append((await redis_cpu(urls) - before) / calls * 1e6)
         return figures[0], figures[1]
     finally:
         for task in drain:

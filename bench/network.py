@@ -4,9 +4,13 @@ One ``relay serve`` with both listeners (loopback HTTP and the network listener 
 ``trustme`` certificate) on the bench's Redis, and in the bench process an HTTPS webhook receiver on
 loopback (``--webhook-allow-private``) that verifies every notification with ``standardwebhooks``.
 
-- ``webhook_p99_ms``: 100 remote agents registered at the receiver; a host agent sends to them (8 at
-  a time, ``rounds`` passes over all agents); per envelope, the time from the start of its
-  ``SendAgentMessage`` to the verified notification naming it.
+- ``webhook_p99_ms``: 100 remote agents registered at the receiver; a host agent sends to them at 20
+  envelopes/s offered, open loop (each send starts on its schedule, round robin over the agents,
+  ``rounds`` x 100 sends); per envelope, the time from its scheduled start to the verified
+  notification naming it. ``webhook_saturated_p99_ms``: the same with 8 senders back to back
+  (``rounds`` passes over all agents), the send rate as high as the machine gives.
+- ``webhook_step_<step>_ms``: the notifier's steps one at a time (target, claim, announce, release, a
+  signed POST), p50: what folding its Redis round trips could save.
 - ``mcp_tls_ratio``: MCP tool calls per second (8 concurrent JSON-RPC clients, each a cycle of
   ``SendAgentMessage`` to itself, ``FetchAgentInbox``, ``AcknowledgeAgentInbox``) over the network
   listener's TLS, divided by the same on the plain loopback listener; interleaved rounds, medians.
@@ -23,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,8 @@ from broker.testing.polling import eventually
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = 100
 CONCURRENCY = 8
+RATE = 20
+"""Envelopes per second offered to the remote agents in ``webhook_p99_ms``'s phase."""
 HEADERS = {
     "accept": "application/json, text/event-stream",
     "content-type": "application/json",
@@ -157,7 +164,7 @@ async def network_phases(redis_url: str, tmp: Path, rounds: int, duration: float
                             await tls.get(f"https://127.0.0.1:{network_port}/healthz")
                             break
                 await asyncio.sleep(0.05)
-            figures = await _webhooks(keyring, plain, plain_url, tls, tls_url, cert, key, rounds)
+            figures = await _webhooks(redis_url, keyring, plain, plain_url, tls, tls_url, cert, key, rounds)
             figures.update(await _tls_ratio(keyring, plain, plain_url, tls, tls_url, rounds, duration))
             return figures
     finally:
@@ -170,7 +177,15 @@ async def network_phases(redis_url: str, tmp: Path, rounds: int, duration: float
 
 
 async def _webhooks(
-    keyring: Any, plain: Any, plain_url: str, tls: Any, tls_url: str, cert: Path, key: Path, rounds: int
+    redis_url: str,
+    keyring: Any,
+    plain: Any,
+    plain_url: str,
+    tls: Any,
+    tls_url: str,
+    cert: Path,
+    key: Path,
+    rounds: int,
 ) -> dict[str, Any]:
     receiver, port = _Receiver(), _free_port()
     hook = f"https://127.0.0.1:{port}/hook"
@@ -185,40 +200,138 @@ async def _webhooks(
         sender = agent_headers(keyring, f"whsend{run}", "s1", 3600)
         register = {"provider": "claudecode", "endpoint": "127.0.0.1:14111"}
         await _call(plain, plain_url, sender, "RegisterAgentAddress", register)
-        started: dict[str, float] = {}
-        answered: dict[str, float] = {}
-        queue: asyncio.Queue[str] = asyncio.Queue()
-        for _ in range(rounds):
-            for agent in agents:
-                queue.put_nowait(agent)
+        paced = await _paced(plain, plain_url, sender, agents, receiver, rounds * AGENTS)
+        saturated = await _saturated(plain, plain_url, sender, agents, receiver, rounds)
+        steps = await _notifier_steps(redis_url, agents[0], tls, hook)
+    figures = {f"webhook_{k}": v for k, v in paced.items()}
+    figures |= {f"webhook_saturated_{k}": v for k, v in saturated.items() if k != "after_send_p99_ms"}
+    figures["webhook_missing"] = figures.pop("webhook_missing") + figures.pop("webhook_saturated_missing")
+    return figures | steps
 
-        async def sending() -> None:
-            while not queue.empty():
-                agent = queue.get_nowait()
-                began = time.perf_counter()
-                message = {"to": agent, "message": {"kind": 1, "text": "ping"}}
-                sent = await _call(plain, plain_url, sender, "SendAgentMessage", message)
-                started[sent["id"]], answered[sent["id"]] = began, time.perf_counter()
 
-        await asyncio.gather(*(sending() for _ in range(CONCURRENCY)))
-        with contextlib.suppress(AssertionError):  # what never arrives is reported as missing
-            await eventually(lambda: started.keys() <= receiver.arrived.keys(), 30, "notifications")
+STEP_SAMPLES = 200
+
+
+async def _notifier_steps(redis_url: str, agent: str, http: Any, hook: str) -> dict[str, Any]:
+    """What each step of one notification takes, one at a time from the bench process on the same
+    Redis as ``relay serve`` (its default prefix): the notifier's three Redis calls around the
+    announcement (``target``, ``claim``, ``release``), the announcement (a notice read with nothing
+    new), and, after them (the receiver shares the bench's event loop), a signed POST to the receiver
+    on the kept-alive HTTPS connection; p50 in ms."""
+    from adapters.redis import RedisConnection, RedisSettings
+    from adapters.redis.notice import RedisNoticeStore
+    from adapters.redis.webhooks import RedisWebhooks
+    from broker.webhooks import announce
+
+    connection = RedisConnection(RedisSettings(url=redis_url))
+    await connection.open()
+    try:
+        webhooks, notices = RedisWebhooks(connection), RedisNoticeStore(connection)
+        target = await webhooks.target(agent)
+        assert target is not None
+        timings: dict[str, list[float]] = {k: [] for k in ("target", "claim", "announce", "release", "post")}
+        body = json.dumps({"type": "bench", "data": {"agent": agent, "envelopes": []}})
+        signer = Webhook(target.secret)
+        for _ in range(STEP_SAMPLES):
+            t0 = time.perf_counter()
+            await webhooks.target(agent)
+            t1 = time.perf_counter()
+            assert await webhooks.claim(agent, "bench", 60)
+            t2 = time.perf_counter()
+            await announce(notices, target)
+            t3 = time.perf_counter()
+            await webhooks.release(agent, "bench")
+            t4 = time.perf_counter()
+            stamp = datetime.now(UTC)
+            headers = {"webhook-id": "msg_bench", "webhook-timestamp": str(int(stamp.timestamp()))}
+            headers["webhook-signature"] = signer.sign("msg_bench", stamp, body)
+            t5 = time.perf_counter()
+            await http.post(hook, content=body.encode(), headers=headers)
+            t6 = time.perf_counter()
+            marks = {"target": (t0, t1), "claim": (t1, t2), "announce": (t2, t3), "release": (t3, t4)}
+            for name, (a, b) in (marks | {"post": (t5, t6)}).items():
+                timings[name].append((b - a) * 1000)
+    finally:
+        await connection.close()
+    p50 = {name: _percentile(values, 0.5) for name, values in timings.items()}
+    print(
+        "webhook notifier steps, p50 ms, one at a time: "
+        + ", ".join(f"{name} {value:.2f}" for name, value in p50.items())
+        + f"; Redis round trips around the announcement {p50['target'] + p50['claim'] + p50['release']:.2f}",
+        flush=True,
+    )
+    return {f"webhook_step_{name}_ms": round(value, 2) for name, value in p50.items()}
+
+
+async def _paced(
+    http: Any, url: str, sender: dict[str, str], agents: list[str], receiver: _Receiver, count: int
+) -> dict[str, Any]:
+    """``count`` sends offered at ``RATE`` per second, open loop (each starts on its schedule, whether
+    or not the ones before it were answered), round robin over ``agents``; latency from the schedule."""
+    started: dict[str, float] = {}
+    answered: dict[str, float] = {}
+    t0 = time.perf_counter() + 0.05
+
+    async def one(agent: str, scheduled: float) -> None:
+        message = {"to": agent, "message": {"kind": 1, "text": "ping"}}
+        sent = await _call(http, url, sender, "SendAgentMessage", message)
+        started[sent["id"]], answered[sent["id"]] = scheduled, time.perf_counter()
+
+    tasks = []
+    for k in range(count):
+        scheduled = t0 + k / RATE
+        await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(agents[k % len(agents)], scheduled)))
+    await asyncio.gather(*tasks)
+    return await _latencies(f"{RATE} envelopes/s offered (open loop)", started, answered, receiver)
+
+
+async def _saturated(
+    http: Any, url: str, sender: dict[str, str], agents: list[str], receiver: _Receiver, rounds: int
+) -> dict[str, Any]:
+    """``CONCURRENCY`` senders back to back (``rounds`` passes over ``agents``): as fast as it goes."""
+    started: dict[str, float] = {}
+    answered: dict[str, float] = {}
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for _ in range(rounds):
+        for agent in agents:
+            queue.put_nowait(agent)
+
+    async def sending() -> None:
+        while not queue.empty():
+            agent = queue.get_nowait()
+            began = time.perf_counter()
+            message = {"to": agent, "message": {"kind": 1, "text": "ping"}}
+            sent = await _call(http, url, sender, "SendAgentMessage", message)
+            started[sent["id"]], answered[sent["id"]] = began, time.perf_counter()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(sending() for _ in range(CONCURRENCY)))
+    rate = len(started) / (time.perf_counter() - began)
+    return await _latencies(f"saturated, {CONCURRENCY} senders, {rate:.0f}/s", started, answered, receiver)
+
+
+async def _latencies(
+    what: str, started: dict[str, float], answered: dict[str, float], receiver: _Receiver
+) -> dict[str, Any]:
+    with contextlib.suppress(AssertionError):  # what never arrives is reported as missing
+        await eventually(lambda: started.keys() <= receiver.arrived.keys(), 30, "notifications")
     latencies = [(receiver.arrived[i] - t) * 1000 for i, t in started.items() if i in receiver.arrived]
     after = [(receiver.arrived[i] - t) * 1000 for i, t in answered.items() if i in receiver.arrived]
     sends = [(answered[i] - t) * 1000 for i, t in started.items()]
     print(
-        f"webhooks: {len(started)} sends to {AGENTS} remote agents, {len(latencies)} announced in a verified "
-        f"notification; send -> notification p50 {_percentile(latencies, 0.5):.1f} ms, p99 "
+        f"webhooks, {what}: {len(started)} sends to {AGENTS} remote agents, {len(latencies)} announced in a "
+        f"verified notification; send -> notification p50 {_percentile(latencies, 0.5):.1f} ms, p99 "
         f"{_percentile(latencies, 0.99):.1f} ms (the send call itself p50 {_percentile(sends, 0.5):.1f} ms; "
         f"from its answer to the notification p50 {_percentile(after, 0.5):.1f} ms, p99 "
         f"{_percentile(after, 0.99):.1f} ms); {receiver.failures} failed verification",
         flush=True,
     )
     return {
-        "webhook_p50_ms": round(_percentile(latencies, 0.5), 1),
-        "webhook_p99_ms": round(_percentile(latencies, 0.99), 1),
-        "webhook_after_send_p99_ms": round(_percentile(after, 0.99), 1),
-        "webhook_missing": len(started) - len(latencies),
+        "p50_ms": round(_percentile(latencies, 0.5), 1),
+        "p99_ms": round(_percentile(latencies, 0.99), 1),
+        "after_send_p99_ms": round(_percentile(after, 0.99), 1),
+        "missing": len(started) - len(latencies),
     }
 
 

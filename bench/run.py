@@ -18,9 +18,17 @@ append-only with ``appendfsync everysec`` like ``relay serve``) on a free loopba
     sharing the Redis), 1 and 16 agents, clients in their own processes; per message one
     ``SendAgentMessage``, and per 16 messages one ``FetchAgentInbox`` (limit 16) and one
     ``AcknowledgeAgentInbox``. The ceiling: a no-op tool on the same workers, same agents, same clients.
+rules: ``redis_us_per_msg`` (Redis CPU per message of (b) one at a time at c16, every delivery rule on at
+    ``relay serve``'s defaults) and what each rule costs, one rule off at a time in interleaved rounds
+    (``bench/rules.py``).
+server CPU: ``server_cpu_ms_per_msg`` (worker + Redis CPU per message, send -> fetch -> ack one at a
+    time over MCP, 8 JSON-RPC clients; ``bench/server_cpu.py``), part of the MCP phases.
 memory: Redis bytes per queued envelope (300-byte text) against a raw 300-byte stream entry.
 network: the network listener's figures (``bench/network.py``): ``webhook_p99_ms`` (send -> verified
-    webhook notification, 100 remote agents) and ``mcp_tls_ratio`` (MCP calls over TLS / plain loopback).
+    webhook notification, 100 remote agents, 20 envelopes/s offered; ``webhook_saturated_p99_ms`` beside
+    it) and ``mcp_tls_ratio`` (MCP calls over TLS / plain loopback).
+--cluster: the core and MCP phases on a local 3-master cluster, with msgs/s per master and Redis CPU per
+    message summed over the masters (docs/performance.md's sizing table).
 people: ``relay agents`` with 1,000 registered agents and 100,000 queued envelopes (``bench/people.py``).
 wake: the mail-pending wait (``bench/wake.py``): send -> waiter answered with 100 waiters parked
     (``wake_p50_ms``, ``wake_p99_ms``), and 10,000 idle waiters on one worker (``idle_waiters``,
@@ -76,7 +84,7 @@ from adapters.redis.embedded import EmbeddedRedis
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.front.tokens import generate_key
-from broker.limits import MAX_POLICY_AGENTS
+from broker.limits import DEFAULT_MAX_DELIVERIES, MAX_POLICY_AGENTS
 from broker.policy import listing
 from broker.ports import IPolicyStore
 from broker.relay import Relay
@@ -117,6 +125,8 @@ class Result:
     client_cpu: float = 0.0
     server_cpu: float = 0.0
     redis_cpu: float = 0.0
+    redis_command_us: float = 0.0
+    """Microseconds of script execution over the phase (``redis_command_us``)."""
     lost: int = 0
     duplicated: int = 0
     median_rate: float = 0.0
@@ -167,6 +177,17 @@ async def redis_cpu(client: Redis | list[Redis]) -> float:
     return total
 
 
+async def redis_command_us(client: Redis | list[Redis]) -> float:
+    """Microseconds the server spent running scripts so far (``INFO commandstats`` of ``EVALSHA`` and
+    ``EVAL``, every master): the scripts' work without the network I/O around them, which pipelining
+    changes. (Commands a script calls are counted in their own rows as well: not summed again.)"""
+    total = 0.0
+    for one in client if isinstance(client, list) else [client]:
+        info = await one.info("commandstats")
+        total += sum(float(info[k]["usec"]) for k in ("cmdstat_evalsha", "cmdstat_eval") if k in info)
+    return total
+
+
 async def timed(
     name: str,
     concurrency: int,
@@ -176,12 +197,14 @@ async def timed(
 ) -> Result:
     """Run ``loop(k, deadline, result)`` for k in 0..concurrency-1 until the deadline; count CPU."""
     result = Result(name, 0, 0.0)
+    command0 = await redis_command_us(monitor)
     redis0, cpu0 = await redis_cpu(monitor), time.process_time()
     start = time.perf_counter()
     await asyncio.gather(*(loop(k, start + duration, result) for k in range(concurrency)))
     result.elapsed = time.perf_counter() - start
     result.client_cpu = time.process_time() - cpu0
     result.redis_cpu = await redis_cpu(monitor) - redis0
+    result.redis_command_us = await redis_command_us(monitor) - command0
     return result
 
 
@@ -227,16 +250,23 @@ async def raw_baseline(
 # -- (b) relay core --------------------------------------------------------------------------------
 
 
+RULES_ON: dict[str, Any] = {"max_deliveries": DEFAULT_MAX_DELIVERIES}
+"""RedisSettings of the core phases: ``relay serve``'s defaults (status, history, the idempotency
+window and the poison limit on; RedisSettings' own ``max_deliveries`` default is 0)."""
+
+
 @contextlib.asynccontextmanager
-async def core_relay(backend: str, url: str) -> Any:
-    """A started relay on ``backend`` and the contact-policy store of the same backend."""
+async def core_relay(backend: str, url: str, settings: dict[str, Any] | None = None) -> Any:
+    """A started relay on ``backend`` and the contact-policy store of the same backend; ``settings``
+    (RedisSettings fields, Redis only) replace ``RULES_ON``."""
     policies: IPolicyStore
     if backend == "memory":
-        state = MemoryState()
+        state = MemoryState(max_deliveries=DEFAULT_MAX_DELIVERIES)
         relay = Relay(AgentMessageContract(), MemoryInboxStore(state), MemoryRegistry(state))
         policies = MemoryPolicyStore(state)
     else:
-        connection = RedisConnection(RedisSettings(url=url, prefix=f"bench{secrets.token_hex(3)}"))
+        chosen = RULES_ON if settings is None else settings
+        connection = RedisConnection(RedisSettings(url=url, prefix=f"bench{secrets.token_hex(3)}", **chosen))
         relay = Relay(AgentMessageContract(), RedisInboxStore(connection), RedisRegistry(connection))
         policies = RedisPolicyStore(connection)
     async with relay:
@@ -252,12 +282,18 @@ async def core_bench(
     monitor: Redis | list[Redis],
     *,
     policy: bool = False,
+    settings: dict[str, Any] | None = None,
+    idempotency: bool = True,
+    ttl_ms: int | None = None,
+    label: str = "",
 ) -> Result:
     """The core loop; with ``policy``, every recipient accepts only a list of ``MAX_POLICY_AGENTS`` ids
-    that names its sender (docs/policy.md), so each send is checked against a full list."""
+    that names its sender (docs/policy.md), so each send is checked against a full list. Every send
+    names an idempotency key unless ``idempotency`` is False, and carries ``ttl_ms`` when given;
+    ``settings`` as ``core_relay``'s."""
     address = ClaudeCodeAddress.parse("127.0.0.1:14111")
-    mode = "policy, one" if policy else "batched x16" if batched else "one at a time"
-    async with core_relay(backend, url) as (relay, policies):
+    mode = label or ("policy, one" if policy else "batched x16" if batched else "one at a time")
+    async with core_relay(backend, url, settings) as (relay, policies):
         pairs = [(f"s{k}", f"r{k}") for k in range(concurrency)]
         for sender, recipient in pairs:
             await relay.register(sender, address, f"sess-{sender}")
@@ -290,7 +326,14 @@ async def core_bench(
                 sent_at[uid] = time.perf_counter()
                 body = AgentMessage(kind=Kind.KIND_NOTE, text=text_for(uid))
                 # every send names an idempotency key, and status keeping is on (the default)
-                await relay.send(sender, recipient, body, session=f"sess-{sender}", idempotency_key=uid)
+                await relay.send(
+                    sender,
+                    recipient,
+                    body,
+                    session=f"sess-{sender}",
+                    idempotency_key=uid if idempotency else None,
+                    ttl_ms=ttl_ms,
+                )
                 counters["sent"] += 1
             got = await relay.fetch(recipient, BATCH if batched else 1, session=f"sess-{recipient}")
             done = await relay.ack(recipient, [e.id for e in got], session=f"sess-{recipient}")
@@ -565,6 +608,11 @@ def merged(rounds: list[Result]) -> Result:
     return out
 
 
+def redis_us(result: Result) -> float:
+    """Redis CPU per message of ``result`` in µs."""
+    return round(result.redis_cpu / result.messages * 1e6, 1) if result.messages else 0.0
+
+
 def ratio(rounds: list[Result], baselines: list[Result], calls: bool = False) -> float:
     """Median over rounds of (rate / baseline rate), each pair measured back to back."""
     pairs = [
@@ -609,7 +657,9 @@ async def cluster_phases(
                 if key != "raw":
                     figures[f"cluster_{key}_c{c}_ratio"] = round(ratio(rs, per["raw"]), 2)
                 if c == 16 and m.messages:
-                    figures[f"cluster_{key}_redis_cpu_us_per_msg"] = round(m.redis_cpu / m.messages * 1e6)
+                    # sizing (docs/performance.md): Redis CPU summed over the masters, rate per master
+                    figures[f"cluster_{key}_redis_us_per_msg"] = round(m.redis_cpu / m.messages * 1e6, 1)
+                    figures[f"cluster_{key}_msgs_per_s_per_master"] = round(m.median_rate / len(monitors))
         if not args.skip_mcp:
             workers = Workers(cluster.urls[:2], key_file, 2)
             workers.wait_ready()
@@ -685,6 +735,13 @@ async def bench(args: argparse.Namespace) -> int:
                 if key != "raw":
                     figures[f"{key}_c{c}_ratio"] = round(ratio(rs, per["raw"]), 2)
         if not args.skip_core:
+            from rules import rule_costs  # bench/rules.py
+
+            found, rule_rounds = await rule_costs(
+                core_bench, server.url, max(rounds, 3), max(duration, 1.5), monitor
+            )
+            figures.update(found)
+            all_rounds += rule_rounds
             relay_bytes, raw_bytes = await memory_per_envelope(server.url, mem_count, monitor)
             print(
                 f"memory per queued envelope (300-byte text, {mem_count} queued): relay {relay_bytes:.0f} B, "
@@ -727,6 +784,10 @@ async def bench(args: argparse.Namespace) -> int:
                     gap = (relay_r.server_cpu / relay_r.calls - noop_r.server_cpu / noop_r.calls) * 1e6
                     figures[f"mcp_worker_gap_us_{config}"] = round(gap)
             figures["mcp_ceiling_ratio"] = round(min(mcp_ratios.values()), 2)
+            from server_cpu import server_cpu_figures  # bench/server_cpu.py
+
+            found = await server_cpu_figures(workers, key_file, monitor, redis_cpu, rounds, mcp_duration)
+            figures.update(found)
         if not args.skip_network:
             from network import network_phases  # bench/network.py: this script's directory is on sys.path
 
@@ -794,6 +855,9 @@ async def bench(args: argparse.Namespace) -> int:
             "core_c16_msgs_per_s": round(results["redis_one_c16"].median_rate),
             "batched_c16_msgs_per_s": round(results["redis_batch_c16"].median_rate),
             "memory_c16_msgs_per_s": round(results["memory_one_c16"].median_rate),
+            # Redis CPU moves less with the machine's load than the rates: read ratios next to these
+            "core_c16_redis_us_per_msg": redis_us(results["redis_one_c16"]),
+            "batched_c16_redis_us_per_msg": redis_us(results["redis_batch_c16"]),
         }
     for key in [k for k in figures if k.startswith("memory_")]:
         figures.pop(key)
@@ -801,12 +865,16 @@ async def bench(args: argparse.Namespace) -> int:
         final["cluster_core_ratio"] = figures.pop("cluster_one_c16_ratio")
         final["cluster_core_ratio_policy"] = figures.pop("cluster_one_policy_c16_ratio")
         final["cluster_batched_ratio"] = figures.pop("cluster_batch_c16_ratio")
+    if "redis_us_per_msg" in figures:
+        final["redis_us_per_msg"] = figures.pop("redis_us_per_msg")
+    if "server_cpu_ms_per_msg" in figures:
+        final["server_cpu_ms_per_msg"] = figures.pop("server_cpu_ms_per_msg")
     if "mcp_ceiling_ratio" in figures:
         final["mcp_ceiling_ratio"] = figures.pop("mcp_ceiling_ratio")
         final["mcp_2w_16a_msgs_per_s"] = figures.pop("mcp_2w_16a_msgs_per_s")
     final.update(figures)
-    final["lost"] = sum(r.lost for r in all_rounds)
-    final["duplicated"] = sum(r.duplicated for r in all_rounds)
+    final["lost"] = sum(r.lost for r in all_rounds) + final.pop("server_lost", 0)
+    final["duplicated"] = sum(r.duplicated for r in all_rounds) + final.pop("server_duplicated", 0)
     final["seconds"] = round(time.perf_counter() - started, 1)
     if args.json:
         await asyncio.to_thread(Path(args.json).write_text, json.dumps(final, indent=2) + "\n")

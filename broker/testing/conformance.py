@@ -102,6 +102,30 @@ class RelayConformance(
             assert repeat.unknown == (sent[0].id,)
             assert [e.id for e in await relay.fetch("bob", 16)] == [sent[3].id]
 
+    async def test_ack_of_many_in_any_order_among_pending_others(self) -> None:
+        # one acknowledgement naming envelopes out of order, with pending ones it does not name between
+        # them, a forged id and one never sent: each is answered for itself, with its own deliveries
+        async with self.make_relays(1) as (relay,):
+            await self._agents(relay, "alice", "bob")
+            sent = [await relay.send("alice", "bob", self.body(i)) for i in range(10)]
+            await relay.fetch("bob", 3)
+            await relay.fetch("bob", 16)  # the first 3 handed out twice, the rest once
+            forged = sent[6].id[:-1] + ("0" if sent[6].id[-1] != "0" else "1")
+            ghost = "env_" + "0" * 26
+            named = [sent[8].id, sent[1].id, forged, sent[5].id, ghost, sent[2].id]
+            result = await relay.ack("bob", named)
+            assert result.acknowledged == (sent[8].id, sent[1].id, sent[5].id, sent[2].id)
+            assert result.unknown == (forged, ghost)
+            left = await relay.fetch("bob", 16)
+            assert [e.id for e in left] == [sent[i].id for i in (0, 3, 4, 6, 7, 9)]
+            assert [e.deliveries for e in left] == [3, 2, 2, 2, 2, 2]
+            statuses = await relay.status("alice", [sent[1].id, sent[8].id, sent[0].id])
+            assert [(s.state, s.deliveries) for s in statuses] == [
+                ("acknowledged", 2),
+                ("acknowledged", 1),
+                ("delivered", 3),
+            ]
+
     async def test_unknown_and_malformed_ids(self) -> None:
         async with self.make_relays(1) as (relay,):
             await self._agents(relay, "alice", "bob")

@@ -91,6 +91,8 @@ end
 -- per call, their positions with them. keep_ms '0' keeps nothing (and writes nothing). With max_bytes
 -- (not '0') the history's field bytes (names and values, summed in the positions hash's '=bytes'
 -- field) are kept at most that: the oldest entries go, at most 64 per call, never the one just added.
+-- `trimmed` true: this script already trimmed by time (ack.lua archives several entries in one call and
+-- trims once, at the first). Returns the Redis time it read (ms), nil when it read none.
 local function history_bytes(fields)
   local n = 0
   for j = 1, #fields do
@@ -112,14 +114,11 @@ local function history_after(id)
   local dash = string.find(id, '-', 1, true)
   return string.sub(id, 1, dash) .. string.format('%.0f', tonumber(string.sub(id, dash + 1)) + 1)
 end
-local function entry_archive(history, at, keep_ms, max_bytes, e, attempts, outcome, reason)
+local function entry_archive(history, at, keep_ms, max_bytes, e, attempts, outcome, reason, trimmed)
   if keep_ms == '0' then
-    return
+    return nil
   end
-  local kept = {}
-  for j = 1, #e[2] do
-    kept[j] = e[2][j]
-  end
+  local kept = {unpack(e[2])}
   kept[#kept + 1] = 'entry_id'
   kept[#kept + 1] = e[1]
   kept[#kept + 1] = 'attempts'
@@ -130,11 +129,15 @@ local function entry_archive(history, at, keep_ms, max_bytes, e, attempts, outco
     kept[#kept + 1] = 'reason'
     kept[#kept + 1] = reason
   end
-  local t = redis.call('TIME')
-  local oldest = string.format('%.0f', math.max(0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(keep_ms)))
-  local old = redis.call('XRANGE', history, '-', '(' .. oldest, 'COUNT', 64)
-  if #old > 0 then
-    history_drop(history, at, old, #old < 64 and oldest or history_after(old[#old][1]))
+  local now_ms = nil
+  if not trimmed then
+    local t = redis.call('TIME')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local oldest = string.format('%.0f', math.max(0, now_ms - tonumber(keep_ms)))
+    local old = redis.call('XRANGE', history, '-', '(' .. oldest, 'COUNT', 64)
+    if #old > 0 then
+      history_drop(history, at, old, #old < 64 and oldest or history_after(old[#old][1]))
+    end
   end
   local hid = redis.call('XADD', history, '*', unpack(kept))
   redis.call('HSET', at, e[1], hid)
@@ -153,6 +156,7 @@ local function entry_archive(history, at, keep_ms, max_bytes, e, attempts, outco
       history_drop(history, at, taken, history_after(taken[#taken][1]))
     end
   end
+  return now_ms
 end
 -- move entry {id, fields} of `inbox` to the dead-letter stream `dead` (envelope_id, the readable
 -- fields but the nonce, attempts, reason, dead_at), XACK + XDEL it, record the outcome for the

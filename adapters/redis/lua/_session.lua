@@ -29,7 +29,11 @@ end
 -- Redis refuses it (at maxmemory Redis refuses a script's first write that adds memory; XREADGROUP,
 -- XACK and XDEL are not such writes, so a fetch or an acknowledgement still runs, and after them this
 -- write is let through too).
-local function note_seen(registration)
-  local now = redis.call('TIME')
-  redis.pcall('HSET', registration, 'seen_at', now[1] * 1000 + math.floor(now[2] / 1000))
+-- `now_ms`: the Redis time the script already read (ms), nil to read it here.
+local function note_seen(registration, now_ms)
+  if not now_ms then
+    local now = redis.call('TIME')
+    now_ms = now[1] * 1000 + math.floor(now[2] / 1000)
+  end
+  redis.pcall('HSET', registration, 'seen_at', now_ms)
 end

@@ -25,17 +25,61 @@ local refused = session_refusal(registered[1], registered[2], session, retired)
 if refused then
   return refused
 end
+-- Several envelopes: their entries and delivery counts are read with one XRANGE and one XPENDING over
+-- the span of their ids, as many rows as ids at most; an id those miss (other entries lie in the span)
+-- is read on its own.
+local found, counts = nil, nil
+local n = math.floor((#ARGV - first_pair + 1) / 2)
+if n > 1 then
+  local lo, hi = ARGV[first_pair], ARGV[first_pair]
+  local lo_ms, lo_seq = string.match(lo, '^(%d+)-(%d+)$')
+  lo_ms, lo_seq = tonumber(lo_ms), tonumber(lo_seq)
+  local hi_ms, hi_seq = lo_ms, lo_seq
+  for i = first_pair + 2, #ARGV, 2 do
+    local ms, seq = string.match(ARGV[i], '^(%d+)-(%d+)$')
+    ms, seq = tonumber(ms), tonumber(seq)
+    if not (ms and lo_ms) then
+      lo = nil
+      break
+    end
+    if ms < lo_ms or (ms == lo_ms and seq < lo_seq) then
+      lo, lo_ms, lo_seq = ARGV[i], ms, seq
+    end
+    if ms > hi_ms or (ms == hi_ms and seq > hi_seq) then
+      hi, hi_ms, hi_seq = ARGV[i], ms, seq
+    end
+  end
+  if lo then
+    found, counts = {}, {}
+    for _, e in ipairs(redis.call('XRANGE', inbox, lo, hi, 'COUNT', n)) do
+      found[e[1]] = e[2]
+    end
+    for _, row in ipairs(redis.call('XPENDING', inbox, group, lo, hi, n)) do
+      counts[row[1]] = row[4]
+    end
+  end
+end
 local out, records = {}, {}
+local trimmed, now_ms = false, nil -- the history is trimmed by time once per call, at its first entry
 for i = first_pair, #ARGV, 2 do
   local id, nonce = ARGV[i], ARGV[i + 1]
-  local fields = entry_with_nonce(inbox, id, nonce)
+  local fields = found and found[id]
+  if not fields then
+    fields = entry_with_nonce(inbox, id, nonce)
+  elseif entry_field(fields, 'nonce') ~= nonce then
+    fields = nil
+  end
   local result = 0
   if fields then
-    local row = redis.call('XPENDING', inbox, group, id, id, 1)[1]
-    local count = row and row[4]
+    local count = counts and counts[id]
+    if not count then
+      local row = redis.call('XPENDING', inbox, group, id, id, 1)[1]
+      count = row and row[4]
+    end
     if count and redis.call('XACK', inbox, group, id) == 1 then
       redis.call('XDEL', inbox, id)
-      entry_archive(history, at, keep_ms, max_bytes, {id, fields}, count, 'acknowledged', nil)
+      local read = entry_archive(history, at, keep_ms, max_bytes, {id, fields}, count, 'acknowledged', nil, trimmed)
+      now_ms, trimmed = now_ms or read, true
       records[#records + 1] = nonce
       records[#records + 1] = id .. ' ' .. count .. ' acked'
       result = {entry_field(fields, 'from') or '', entry_field(fields, 'tier') or 'network'}
@@ -44,5 +88,5 @@ for i = first_pair, #ARGV, 2 do
   out[#out + 1] = result
 end
 entry_outcomes(outcomes, until_ms, records)
-note_seen(registration)
+note_seen(registration, now_ms)
 return out

@@ -11,11 +11,7 @@ end
 local function parts(list, at, first)
   local out = {}
   for i = first, first + 3 do
-    local one = {}
-    for j = 1, counts[i] do
-      one[j] = list[at + j]
-    end
-    out[#out + 1] = one
+    out[#out + 1] = {unpack(list, at + 1, at + counts[i])}
     at = at + counts[i]
   end
   return out
