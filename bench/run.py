@@ -884,7 +884,7 @@ async def bench(args: argparse.Namespace) -> int:
 
 # -- --compare REF -------------------------------------------------------------------------------
 
-PARTS = ("core", "mcp", "network", "people", "wake", "workbench", "history")
+PARTS = ("core", "mcp", "network", "people", "wake", "credentials", "workbench", "history")
 """What ``--only`` picks from; each is a ``--skip-PART`` flag otherwise."""
 
 
