@@ -47,12 +47,17 @@ class SendCall:
         """The KEYS and ARGV of ``lua/send.lua``: how many KEYS and ARGV each of the four calls takes
         (eight counts), then each call's KEYS, and each call's ARGV, in the order check, append,
         refund, note."""
-        parts = (self.check, self.append, self.refund, self.note or Call([], []))
-        counts: list[Arg] = [*(len(p.keys) for p in parts), *(len(p.args) for p in parts)]
+        check, append, refund, note = self.check, self.append, self.refund, self.note or _NONE
+        # list concatenation: a third of what comprehensions over the four calls cost, on every send
+        counts: list[Arg] = [len(check.keys), len(append.keys), len(refund.keys), len(note.keys)]
+        counts += (len(check.args), len(append.args), len(refund.args), len(note.args))
         return Call(
-            [k for p in parts for k in p.keys],
-            counts + [a for p in parts for a in p.args],
+            check.keys + append.keys + refund.keys + note.keys,
+            counts + check.args + append.args + refund.args + note.args,
         )
+
+
+_NONE = Call([], [])
 
 
 def send_call(
