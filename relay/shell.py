@@ -58,12 +58,32 @@ async def operator_view(
                 raise RelayError(unknown_agent(agent, registered, store_named(settings, redacted(url))))
         yield view
     except BackendUnavailable as exc:
-        raise BackendUnavailable(
-            f"cannot read Redis at {redacted(url)} ({exc.message}); is it running, and is it the one "
-            "relay serve uses?"
-        ) from exc
+        raise unreachable(url, exc, "read") from exc
     finally:
         await view.close()
+
+
+@contextlib.asynccontextmanager
+async def store_connection(url: str) -> AsyncIterator[RedisConnection]:
+    """An open connection to the Redis ``relay serve`` uses, for the operator commands that write
+    (``relay policy``, ``agents retire``, ``inbox purge``); Redis trouble as in ``operator_view``."""
+    connection = RedisConnection(RedisSettings(url=url))
+    try:
+        await connection.open()
+        yield connection
+    except BackendUnavailable as exc:
+        raise unreachable(url, exc, "reach") from exc
+    finally:
+        await connection.close()
+
+
+def unreachable(url: str, exc: BackendUnavailable, doing: str) -> BackendUnavailable:
+    """The one refusal of an operator command whose Redis does not answer: the (redacted) URL and
+    what to check."""
+    return BackendUnavailable(
+        f"cannot {doing} Redis at {redacted(url)} ({exc.message}); is it running, and is it the one "
+        "relay serve uses?"
+    )
 
 
 def call_tool(

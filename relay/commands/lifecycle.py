@@ -16,16 +16,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry, RedisSettings
+from adapters.redis import RedisConnection, RedisInboxStore, RedisRegistry
 from adapters.redis.inspect import AgentInspection, Inspector, redacted
 from adapters.redis.registry import is_retired
-from broker.errors import BackendUnavailable, RelayError, UnregisteredAgent
+from broker.errors import RelayError, UnregisteredAgent
 from broker.ids import check_agent_id
 from broker.ports import Retired
 from broker.text import counted
 from relay import logs
 from relay.settings import StoreSettings, add_options, load, store_named, store_url
-from relay.shell import unknown_agent
+from relay.shell import store_connection, unknown_agent
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -85,17 +85,8 @@ def _on_store(
     url = store_url(settings, command)
 
     async def run() -> T:
-        connection = RedisConnection(RedisSettings(url=url))
-        try:
-            await connection.open()
+        async with store_connection(url) as connection:
             return await work(connection, store_named(settings, redacted(url)))
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(
-                f"cannot reach Redis at {redacted(url)} ({exc.message}); is it running, and is it the one "
-                "relay serve uses?"
-            ) from exc
-        finally:
-            await connection.close()
 
     return asyncio.run(run())
 

@@ -15,14 +15,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from adapters.redis import RedisConnection, RedisPolicyStore, RedisRegistry, RedisSettings
-from adapters.redis.inspect import redacted
-from broker.errors import BackendUnavailable
+from adapters.redis import RedisPolicyStore, RedisRegistry
 from broker.ids import check_agent_id
 from broker.limits import MAX_POLICY_AGENTS
 from broker.policy import ContactPolicy, parse_accept_from
 from relay import logs
 from relay.settings import StoreSettings, add_options, load, store_url
+from relay.shell import store_connection
 
 if TYPE_CHECKING:
     from relay.commands import Subparsers
@@ -73,19 +72,9 @@ def _store_call(args: argparse.Namespace, work: Callable[[RedisPolicyStore, bool
     url = store_url(load(StoreSettings, args), "policy")
 
     async def run() -> T:
-        connection = RedisConnection(RedisSettings(url=url))
-        store = RedisPolicyStore(connection)
-        try:
-            await store.open()
+        async with store_connection(url) as connection:
             registered = await RedisRegistry(connection).get(args.agent) is not None
-            return await work(store, registered)
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(
-                f"cannot reach Redis at {redacted(url)} ({exc.message}); is it running, and is it the one "
-                "relay serve uses?"
-            ) from exc
-        finally:
-            await store.close()
+            return await work(RedisPolicyStore(connection), registered)
 
     return asyncio.run(run())
 
