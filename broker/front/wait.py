@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from broker.front.auth import AgentAuthMiddleware
+    from broker.front.tokens import AgentIdentity
 
 log = logging.getLogger("relay.front.wait")
 
@@ -50,34 +51,60 @@ MAX_BODY_BYTES: Final = 1024
 _EXAMPLE: Final = '{"timeout_ms": 30000}'
 
 
-class WaitRoute:
-    """The ASGI app of ``POST /agent/wait`` (see the module docstring)."""
+class _AgentPost:
+    """An authenticated ``POST`` route of an agent's session: the method, the agent headers, the
+    body's bound and every refusal are answered here, once for both routes; ``respond`` does the
+    route's work and returns its 200 body (None: the caller hung up, nobody to answer)."""
+
+    post: str
+    """What to POST (the 405's message)."""
+    doing: str
+    """What the route does (the log line of an unexpected failure)."""
 
     def __init__(self, relay: Relay[AgentMessage], auth: AgentAuthMiddleware) -> None:
         self.relay = relay
         self.auth = auth
 
+    async def respond(self, identity: AgentIdentity, receive: Receive) -> dict[str, object] | None:
+        raise NotImplementedError
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         if scope.get("method") != "POST":
-            refused = _refusal("method", "method.post", "POST the wait")
+            refused = _refusal("method", "method.post", self.post)
             await _answer(scope, receive, send, 405, refused, {"allow": "POST"})
             return
         identity = await self.auth.authenticate(scope, send)
         if identity is None:
             return
         try:
-            timeout_ms = parse_body(await _body(receive))
+            body = await self.respond(identity, receive)
         except _TooLarge:
             refused = _refusal("body", "body.max_bytes", f"at most {MAX_BODY_BYTES} bytes")
             await _answer(scope, receive, send, 413, refused)
             return
         except _Gone:
             return
-        except InvalidArgument as exc:
-            await _answer(scope, receive, send, 400, error_body(exc))
+        except RelayError as exc:
+            await _answer(scope, receive, send, http_status(exc), error_body(exc))
             return
+        except Exception as exc:
+            log.error("%s of %s failed: %s", self.doing, identity.agent, failure(exc))
+            internal = InternalError()
+            await _answer(scope, receive, send, http_status(internal), error_body(internal))
+            return
+        if body is not None:
+            await _answer(scope, receive, send, 200, body)
+
+
+class WaitRoute(_AgentPost):
+    """The ASGI app of ``POST /agent/wait`` (see the module docstring)."""
+
+    post, doing = "POST the wait", "the mail-pending wait"
+
+    async def respond(self, identity: AgentIdentity, receive: Receive) -> dict[str, object] | None:
+        timeout_ms = parse_body(await _body(receive))
         # the wait runs in this task; a small watcher cancels it if the caller hangs up (freeing the
         # parked slot at once): two tasks per waiter, the request's and the watcher's
         waiting = _Waiting(asyncio.current_task())
@@ -86,60 +113,23 @@ class WaitRoute:
             notice = await self.relay.wait_for_mail(identity.agent, identity.session, timeout_ms / 1000)
         except asyncio.CancelledError:
             if watching.done() and not watching.cancelled():
-                return  # hung up: nobody to answer
+                return None  # hung up: nobody to answer
             raise
-        except RelayError as exc:
-            await _answer(scope, receive, send, http_status(exc), error_body(exc))
-            return
-        except Exception as exc:
-            log.error("the mail-pending wait of %s failed: %s", identity.agent, failure(exc))
-            internal = InternalError()
-            await _answer(scope, receive, send, http_status(internal), error_body(internal))
-            return
         finally:
             waiting.task = None  # set before any further await: the watcher can no longer cancel
             watching.cancel()
-        await _answer(scope, receive, send, 200, answer(notice))
+        return answer(notice)
 
 
-class LeaveRoute:
+class LeaveRoute(_AgentPost):
     """The ASGI app of ``POST /agent/leave`` (see the module docstring)."""
 
-    def __init__(self, relay: Relay[AgentMessage], auth: AgentAuthMiddleware) -> None:
-        self.relay = relay
-        self.auth = auth
+    post, doing = "POST that the session ended", "the leave"
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        if scope.get("method") != "POST":
-            refused = _refusal("method", "method.post", "POST that the session ended")
-            await _answer(scope, receive, send, 405, refused, {"allow": "POST"})
-            return
-        identity = await self.auth.authenticate(scope, send)
-        if identity is None:
-            return
-        try:
-            if (await _body(receive)).strip() not in (b"", b"{}"):
-                raise InvalidArgument(
-                    "body", "body.empty", "the body is {} (or nothing): leave takes no field"
-                )
-            ended = await self.relay.leave(identity.agent, identity.session)
-        except _TooLarge:
-            refused = _refusal("body", "body.max_bytes", f"at most {MAX_BODY_BYTES} bytes")
-            await _answer(scope, receive, send, 413, refused)
-            return
-        except _Gone:
-            return
-        except RelayError as exc:
-            await _answer(scope, receive, send, http_status(exc), error_body(exc))
-            return
-        except Exception as exc:
-            log.error("the leave of %s failed: %s", identity.agent, failure(exc))
-            internal = InternalError()
-            await _answer(scope, receive, send, http_status(internal), error_body(internal))
-            return
-        await _answer(scope, receive, send, 200, {"ended": ended})
+    async def respond(self, identity: AgentIdentity, receive: Receive) -> dict[str, object] | None:
+        if (await _body(receive)).strip() not in (b"", b"{}"):
+            raise InvalidArgument("body", "body.empty", "the body is {} (or nothing): leave takes no field")
+        return {"ended": await self.relay.leave(identity.agent, identity.session)}
 
 
 def parse_body(raw: bytes) -> int:
