@@ -35,6 +35,7 @@ _PRELUDES = {
     "requeue": ("_entry",),
     "thread_read": ("_entry",),
     "purge": ("_entry",),
+    "peek": ("_entry",),
 }
 
 

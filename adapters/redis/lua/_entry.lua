@@ -34,6 +34,22 @@ local function entry_new(sender, tier, sent_at, expires_at, body, nonce)
   return entry
 end
 -- true when the entry carries an expires_at at or before now_ms
+-- How often each of `entries` (read with one XRANGE, oldest first) was handed out: id -> deliveries,
+-- from one XPENDING over their span ({} when none was, or the group is missing). An entry never
+-- handed out has no row: read it as 0.
+local function entry_deliveries(inbox, group, entries)
+  local counts = {}
+  if #entries == 0 then
+    return counts
+  end
+  local detail = redis.pcall('XPENDING', inbox, group, entries[1][1], entries[#entries][1], #entries)
+  if type(detail) == 'table' and not detail.err then
+    for _, row in ipairs(detail) do
+      counts[row[1]] = row[4]
+    end
+  end
+  return counts
+end
 local function entry_expired(fields, now_ms)
   local at = entry_field(fields, 'expires_at')
   return at ~= nil and tonumber(at) <= now_ms

@@ -6,15 +6,7 @@ local first = ARGV[2] -- first entry id (inclusive, or '(' id for exclusive, or 
 local count = tonumber(ARGV[3])
 -- Returns a flat list: for each entry {id, {field, value, ...}, deliveries so far (0 = never fetched), 0}.
 local entries = redis.call('XRANGE', inbox, first, '+', 'COUNT', count)
-local counts = {}
-if #entries > 0 then
-  local detail = redis.pcall('XPENDING', inbox, group, entries[1][1], entries[#entries][1], #entries)
-  if type(detail) == 'table' and not detail.err then
-    for _, row in ipairs(detail) do
-      counts[row[1]] = row[4]
-    end
-  end
-end
+local counts = entry_deliveries(inbox, group, entries)
 local out = {}
 for _, e in ipairs(entries) do
   out[#out + 1] = {e[1], e[2], counts[e[1]] or 0, 0}

@@ -15,13 +15,7 @@ local entries = redis.call('XRANGE', inbox, '-', upto, 'COUNT', batch)
 if #entries == 0 then
   return {0, 0}
 end
-local counts = {}
-local detail = redis.pcall('XPENDING', inbox, group, entries[1][1], entries[#entries][1], #entries)
-if type(detail) == 'table' and not detail.err then
-  for _, row in ipairs(detail) do
-    counts[row[1]] = row[4]
-  end
-end
+local counts = entry_deliveries(inbox, group, entries)
 local ids, records = {}, {}
 for _, e in ipairs(entries) do
   ids[#ids + 1] = e[1]
