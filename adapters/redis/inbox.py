@@ -35,7 +35,6 @@ from adapters.redis.protocol import (
     SendCall,
     SendChecked,
     send_call,
-    with_refund,
     with_tier,
 )
 from adapters.redis.protocol_inbox import (
@@ -86,6 +85,7 @@ class RedisInboxStore:
         """``Relay`` opens and closes it (once for all the stores on it)."""
         self.keys = connection.keys
         self.clock = clock
+        self._keep = HistoryRule.of(connection.settings)
 
     def parked(self, agent: str | None = None) -> int:
         return self.connection.wakeups.count(agent)
@@ -158,12 +158,13 @@ class RedisInboxStore:
             )
         except ResponseError:
             with contextlib.suppress(RelayError):  # not undone: one token less, never one more
-                refund = with_refund(call.refund, checked.refund_burst)
+                refund = call.refund(checked.refund_burst)
                 await connection.script(scripts.send_refund, refund.keys, refund.args, idempotent=False)
             raise
-        if checked.repeat and not reply.repeat and call.note is not None:
+        note = call.note() if checked.repeat and not reply.repeat else None
+        if note is not None:
             # the first attempt claimed the key but never landed: this one did, so note it for status
-            await connection.script(scripts.send_note, call.note.keys, call.note.args, idempotent=True)
+            await connection.script(scripts.send_note, note.keys, note.args, idempotent=True)
         return reply
 
     async def fetch(
@@ -195,7 +196,7 @@ class RedisInboxStore:
             max_deliveries=connection.settings.max_deliveries,
             outcomes=outcomes,
             until=until,
-            keep=HistoryRule.of(connection.settings),
+            keep=self._keep,
         )
         try:
             reply = Fetch.read(
@@ -216,7 +217,7 @@ class RedisInboxStore:
             outcomes=outcomes,
             until=until,
             limit=limit,
-            keep=HistoryRule.of(connection.settings),
+            keep=self._keep,
         )
         try:
             dropped = await connection.script(connection.scripts.sweep, call.keys, call.args, idempotent=True)
@@ -292,7 +293,7 @@ class RedisInboxStore:
             entries,
             outcomes=outcomes,
             until=until,
-            keep=HistoryRule.of(connection.settings),
+            keep=self._keep,
         )
         try:
             replies = read_acked(
