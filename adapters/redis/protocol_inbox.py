@@ -36,6 +36,19 @@ def _pairs(reply: object) -> Dropped:
     return [(str(reply[i]), str(reply[i + 1])) for i in range(0, len(reply) - 1, 2)]
 
 
+def _dead_letter_keys(keys: Keys, agent: str, outcomes: str) -> list[str]:
+    """The KEYS ``fetch.lua`` and ``sweep.lua`` move an entry to the dead letters with, in their order:
+    inbox, dead letters, outcome hash, counts hash, history, history positions."""
+    return [
+        keys.inbox(agent),
+        keys.dead_letters(agent),
+        outcomes,
+        keys.delivery_counts(agent),
+        keys.history(agent),
+        keys.history_positions(agent),
+    ]
+
+
 def fetch_call(
     keys: Keys,
     agent: str,
@@ -50,16 +63,7 @@ def fetch_call(
 ) -> Call:
     """``keep``: what the history keeps (``HistoryRule``), as for every call below."""
     return Call(
-        [
-            keys.registration(agent),
-            keys.inbox(agent),
-            keys.dead_letters(agent),
-            outcomes,
-            keys.delivery_counts(agent),
-            keys.history(agent),
-            keys.history_positions(agent),
-            keys.retired(agent),
-        ],
+        [keys.registration(agent), *_dead_letter_keys(keys, agent, outcomes), keys.retired(agent)],
         [
             session or "",
             GROUP,
@@ -92,14 +96,7 @@ def sweep_call(
     keys: Keys, agent: str, *, now: int, outcomes: str, until: int, limit: int, keep: HistoryRule
 ) -> Call:
     return Call(
-        [
-            keys.inbox(agent),
-            keys.dead_letters(agent),
-            outcomes,
-            keys.delivery_counts(agent),
-            keys.history(agent),
-            keys.history_positions(agent),
-        ],
+        _dead_letter_keys(keys, agent, outcomes),
         [GROUP, now, format_ms(now), until, limit, keep.retention_ms, keep.max_bytes],
     )
 
