@@ -10,7 +10,10 @@ process of their own as a model API is (``bench/model_apis.py``).
 - ``workbench_prompt_p50_ms`` / ``_p99_ms``: one envelope at a time, round robin over the 8 agents, each
   to a session that has ended its last turn (a turn's length is the model's and the SDK's, not
   relay's), from the call of ``Relay.send`` (the envelope is appended during it) to the host handing
-  the prompt to its session (``WorkbenchSessions.submit``, which calls the SDK's send at once).
+  the prompt to its session (``WorkbenchSessions.submit``, which calls the SDK's send at once). The
+  sender is a process of its own (``--sender``), as the agents that write to Workbench agents are: a
+  send made on the host's own loop would wait out the SDKs' work there before it appends, a wait no
+  real sender has. Both processes read the same monotonic clock.
 - ``workbench_loop_lag_p99_ms``: how late the host's event loop ran a 10 ms timer meanwhile (the SDKs'
   reader threads share the process and its GIL): what the latency cannot go below.
 - ``workbench_rss_copilot_mib`` / ``_claude_agent_mib``: RSS of one idle session's CLI process tree,
@@ -48,6 +51,7 @@ from adapters.workbench.runtime import WorkbenchSessions  # noqa: E402
 from bench.model_apis import ModelAPIs  # noqa: E402
 from broker.addresses import ClaudeCodeAddress  # noqa: E402
 from broker.agent_message import AgentMessage, Kind  # noqa: E402
+from broker.delivery import DeliverySettings  # noqa: E402
 from broker.relay import Relay  # noqa: E402
 from relay.workbench import delivery_settings, host, messenger_on  # noqa: E402
 from relay.workbench_config import load  # noqa: E402
@@ -158,7 +162,7 @@ async def workbench_figures(redis_url: str, *, samples: int = 200) -> dict[str, 
                             lags.append(time.perf_counter() - t - 0.01)
 
                     lagging = asyncio.create_task(lag())
-                    latencies = await _latency(relay, sessions, agents, samples)
+                    latencies = await _latency(redis_url, prefix, sessions, agents, samples)
                     lagging.cancel()
                     await asyncio.sleep(2.0)  # the last turns end: idle
                     rss = {
@@ -203,23 +207,55 @@ def _pid(sessions: WorkbenchSessions, agent: str) -> int:
 
 
 async def _latency(
-    relay: Relay[AgentMessage], sessions: TimedSessions, agents: list[str], samples: int
+    redis_url: str, prefix: str, sessions: TimedSessions, agents: list[str], samples: int
 ) -> list[float]:
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "bench" / "workbench.py"),
+        "--sender",
+        redis_url,
+        prefix,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert sender.stdin is not None and sender.stdout is not None
     latencies = []
-    for n in range(samples):
-        agent = agents[n % len(agents)]
-        # the session's own turn time is the SDK's, not relay's: send to a session that is idle
-        live = sessions.live(f"workbench.{agent}")
-        await _until(lambda live=live: live is not None and not live.busy and live.queued == 0, 30)
-        started = time.perf_counter()
-        sent = await relay.send(
-            "bench", agent, AgentMessage(kind=Kind.KIND_NOTE, text=f"note {n}"), session="bench-1"
-        )
-        while sent.id not in sessions.handed:
-            sessions.changed.clear()
-            await asyncio.wait_for(sessions.changed.wait(), 30)
-        latencies.append(sessions.handed[sent.id] - started)
+    try:
+        for n in range(samples):
+            agent = agents[n % len(agents)]
+            # the session's own turn time is the SDK's, not relay's: send to a session that is idle
+            live = sessions.live(f"workbench.{agent}")
+            await _until(lambda live=live: live is not None and not live.busy and live.queued == 0, 30)
+            sender.stdin.write(f"{agent} {n}\n".encode())
+            await sender.stdin.drain()
+            line = (await asyncio.wait_for(sender.stdout.readline(), 30)).decode().split()
+            if len(line) != 2:
+                raise RuntimeError(f"the sender process ended (exit {await sender.wait()})")
+            sent_id, started = line[0], float(line[1])
+            while sent_id not in sessions.handed:
+                sessions.changed.clear()
+                await asyncio.wait_for(sessions.changed.wait(), 30)
+            latencies.append(sessions.handed[sent_id] - started)
+    finally:
+        sender.stdin.close()
+        await asyncio.wait_for(sender.wait(), 30)
     return latencies
+
+
+async def _sender(redis_url: str, prefix: str) -> None:
+    """``--sender``: for each ``<agent> <n>`` line on stdin, send agent a note as ``bench`` and print
+    the envelope id and when the send was called (``time.perf_counter``, the host's clock too)."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    async with messenger_on(redis_url, DeliverySettings(), prefix=prefix) as messenger:
+        while line := (await reader.readline()).decode().split():
+            agent, n = line
+            started = time.perf_counter()
+            sent = await messenger.relay.send(
+                "bench", agent, AgentMessage(kind=Kind.KIND_NOTE, text=f"note {n}"), session="bench-1"
+            )
+            print(sent.id, repr(started), flush=True)
 
 
 async def _kill_phase(
@@ -260,7 +296,11 @@ async def _settled(relay: Relay[AgentMessage], ids: list[str], within: float) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--sender", nargs=2, metavar=("REDIS_URL", "PREFIX"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sender:
+        asyncio.run(_sender(*args.sender))
+        return 0
     from adapters.redis.embedded import EmbeddedRedis
 
     tmp = Path(tempfile.mkdtemp(prefix="relay-wb-redis-"))
