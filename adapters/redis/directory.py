@@ -127,16 +127,9 @@ class Directory:
         """Those of ``agents`` that have a registration hash, in order."""
         if not agents:
             return []
-        keys = self.connection.keys
-
-        async def run(client: Redis | RedisCluster) -> list[str]:
-            pipe = client.pipeline(transaction=False)
-            for agent in agents:
-                pipe.exists(keys.registration(agent))
-            found = await pipe.execute()
-            return [a for a, n in zip(agents, found, strict=True) if n]
-
-        return await self.connection.call(run, idempotent=True)
+        keys = [self.connection.keys.registration(agent) for agent in agents]
+        found = await self.connection.commands([(key, ("EXISTS", key)) for key in keys])
+        return [a for a, n in zip(agents, found, strict=True) if n]
 
     async def _range(self, after: str | None, count: int) -> list[str]:
         key = self.connection.keys.directory()
