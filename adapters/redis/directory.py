@@ -16,7 +16,8 @@ by the order of the writes instead, and every read filters it:
   writes last, an agent with a registration stays in the index;
 - every read keeps only the ids whose registration hash exists (one pipelined ``EXISTS`` per page, or
   the ``HGETALL`` that ``RedisRegistry.list`` does anyway): a listed id is registered. The ids without
-  one are those of refused or failed registers (retiring the agent again removes them).
+  one are those of registers refused or failed after their add (a retired agent's: retiring it again
+  removes the id), a few bytes each.
 
 A store written before the index is listed by the old keyspace scan until the index has been built
 from it (``adapters/redis/directory_scan.py``: the first full listing builds it). Measured in

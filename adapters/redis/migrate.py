@@ -44,7 +44,7 @@ class Migration:
     groups_created: int
     """Inbox streams or groups that were missing and were created."""
     registered: int
-    """Registrations the current layout finds (scan), after the run."""
+    """Registrations the scan found (the directory's build)."""
     dry_run: bool
     replies_indexed: int = 0
     """Stored replies noted in the thread index (sent before it existed)."""
