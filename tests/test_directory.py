@@ -1,8 +1,9 @@
 """The agent directory's index (``adapters/redis/directory.py``), on one Redis and on a 3-master
 cluster: listings after registrations and a retirement, a register refused after its id went in, a
 store written before the index (listed by the scan, then indexed by ``relay migrate`` or the first
-listing), a listing that issues no ``SCAN`` among 200,000 unrelated keys, and a register that cannot
-write the index registers nothing."""
+listing), a listing that issues no ``SCAN`` among 200,000 unrelated keys, a listing while a
+registration's slot moves between masters, and a register that cannot write the index registers
+nothing."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Tier
 from broker.errors import AgentRetired, BackendUnavailable
 from broker.relay import Relay
+from tests.cluster_support import LocalCluster
 from tests.processes import run_relay
 from tests.support import address_for, unique_prefix
 
@@ -296,3 +298,53 @@ async def test_a_register_that_cannot_write_the_index_registers_nothing() -> Non
     finally:
         raw.close()
         server.stop()
+
+
+def _port(node_line: list[str]) -> int:
+    """The port of a ``CLUSTER NODES`` line (split): ``<id> <host>:<port>@<bus port> ...``."""
+    return int(node_line[1].split("@")[0].rsplit(":", 1)[1])
+
+
+def _setslot(port: int, slot: int, *args: str) -> None:
+    with redis.Redis(host="127.0.0.1", port=port, decode_responses=True) as client:
+        client.execute_command("CLUSTER", "SETSLOT", slot, *args)
+
+
+async def test_a_listing_follows_a_registration_whose_slot_is_moving(redis_cluster: LocalCluster) -> None:
+    """Mid-resharding: the registration hash already moved to the importing master, so its old master
+    answers the listing's EXISTS with ASK; once the whole slot moved, with MOVED. The slot stays on
+    its new master (a resharding done, as a cluster may have at any time)."""
+    async with store_on(redis_cluster.url) as store:
+        mover = unique_prefix()  # an agent id whose slot no other test's agent shares by name
+        await register(store, "alice", mover)
+        assert await store.directory.agents() == sorted(["alice", mover])  # (builds: a fresh store)
+        key = store.keys.registration(mover)
+        source = redis_cluster.master_of(key)
+        with redis.Redis(host="127.0.0.1", port=source.port, decode_responses=True) as client:
+            slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+            source_id = str(client.execute_command("CLUSTER", "MYID"))
+            masters = [
+                line.split()
+                for line in str(client.execute_command("CLUSTER", "NODES")).splitlines()
+                if "master" in line.split()[2]
+            ]
+            target = next(m for m in masters if m[0] != source_id)
+            target_id, target_port = target[0], _port(target)
+            others = [_port(m) for m in masters if m[0] not in (source_id, target_id)]
+            _setslot(target_port, slot, "IMPORTING", source_id)
+            _setslot(source.port, slot, "MIGRATING", target_id)
+            try:
+                client.execute_command("MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
+                assert await store.directory.agents() == sorted(["alice", mover])  # through ASK
+                for _ in range(1000):  # the rest of the slot, then its new owner, as redis-cli does
+                    rest = client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+                    if not rest:
+                        break
+                    client.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *rest)
+                for port in (target_port, source.port, *others):
+                    _setslot(port, slot, "NODE", target_id)
+            except BaseException:
+                for port in (source.port, target_port):
+                    _setslot(port, slot, "STABLE")
+                raise
+        assert await store.directory.agents() == sorted(["alice", mover])  # through MOVED
