@@ -20,7 +20,7 @@ by the order of the writes instead, and every read filters it:
   removes the id), a few bytes each.
 
 A store written before the index is listed by the old keyspace scan until the index has been built
-from it (``adapters/redis/directory_scan.py``: the first full listing builds it). Measured in
+from it (``adapters/redis/directory_scan.py``: the first listing that scans builds it). Measured in
 docs/performance.md.
 """
 

@@ -7,8 +7,9 @@ before it holds registrations it does not name. Until the marker (``Keys.directo
 directory is that scan (this module's ``Scan``, ``scan_page``, ``scan_all``), as before.
 
 ``build`` makes the index from the scan: every registration found is added (``ZADD``: running it
-twice, or on two workers at once, adds each id once), then the marker is set. The first full listing
-without the marker builds (``Directory.agents``), and so does every ``relay migrate``, marker or not:
+twice, or on two workers at once, adds each id once), then the marker is set. The first listing
+without the marker that scans everything builds (``Directory.agents``, ``Directory.candidates``: a
+worker's first sweep or ``ListAgents``), and so does every ``relay migrate``, marker or not:
 a worker of the earlier relay still running after the first build (a rolling upgrade) registers
 without the index, and migrating again once the last of them stopped adds what they registered.
 
