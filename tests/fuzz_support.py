@@ -50,7 +50,7 @@ def assert_layout(store: redis.Redis, prefix: str, agents: set[str]) -> None:
     tagged = rf"(?:agent|inbox|dead|rate|notice|outcome|counts|credentials):\{{({agent})\}}"
     sending = rf"sent:\{{({agent})\}}:\d+|claim:\{{({agent})\}}:{idem}|idem:\{{({agent})\}}:{agent}:{idem}"
     pattern = re.compile(
-        rf"{re.escape(prefix)}:(?:{tagged}|{sending}|agents|credential:{ID_PATTERN}|credential-agents|credential-events)"
+        rf"{re.escape(prefix)}:(?:{tagged}|{sending}|agents|directory|directory-built|credential:{ID_PATTERN}|credential-agents|credential-events)"
     )
     keys = list(store.scan_iter(f"{prefix}:*", count=1000))
     assert keys, "the run created no keys at all"
@@ -61,6 +61,7 @@ def assert_layout(store: redis.Redis, prefix: str, agents: set[str]) -> None:
         if named is not None:
             assert named in agents, f"key {key!r} names an agent nobody authenticated as"
     assert set(store.smembers(f"{prefix}:agents")) <= agents
+    assert set(store.zrange(f"{prefix}:directory", 0, -1)) <= agents
 
 
 HOSTILE_TEXT = st.one_of(

@@ -224,6 +224,24 @@ class RedisConnection:
                 raise store_error(exc) from exc
         raise AssertionError("unreachable")
 
+    async def commands(self, calls: Sequence[tuple[str, tuple[str | int, ...]]]) -> list[Any]:
+        """Read-only plain commands, ``(key, (command, *args))`` each, pipelined per node (one round
+        trip per node); their replies in order. Any failure, an error reply too, is a ``RelayError``
+        (``store_error``); sent once more after a connection failure, like ``call``."""
+        stack = self._stack or await self._stack_or_unavailable()
+        for attempt in range(2):
+            try:
+                replies = await stack.pipeline.commands(calls)
+            except STORE_FAILURES as exc:
+                if attempt == 0 and not isinstance(exc, TimeoutError | RedisTimeoutError):
+                    continue
+                raise store_error(exc) from exc
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise store_error(reply) from reply
+            return replies
+        raise AssertionError("unreachable")
+
     async def _stack_or_unavailable(self) -> _Stack:
         try:
             return await self.stack()

@@ -1,8 +1,8 @@
 """``InboxGauges``: the figures of ``relay inspect`` as Prometheus gauges on ``/metrics``.
 
 Refreshed before each scrape with bounded work: at most ``batch`` agents are read per refresh, walking
-the registrations with ``SCAN`` (``adapters/redis/directory.py``) across scrapes, so totals cover every
-agent after about ``ceil(agents / batch)`` scrapes; at most ``max_series`` agents get per-agent series.
+the directory in pages (``adapters/redis/directory.py``) across scrapes, so totals cover every agent
+after about ``ceil(agents / batch)`` scrapes; at most ``max_series`` agents get per-agent series.
 See docs/operations.md.
 """
 
@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from adapters.redis.connection import RedisConnection
-from adapters.redis.directory import Scan
+from adapters.redis.directory import Walk
 from adapters.redis.entries import entry_ms
 from adapters.redis.inspect import AgentInspection, Inspector
 from broker.envelope import Tier
@@ -28,8 +28,9 @@ DEFAULT_BATCH = 500
 """Agents read from Redis per ``InboxGauges.refresh`` (one pipeline of that many script calls)."""
 DEFAULT_MAX_SERIES = 200
 """Agents that get per-agent series (the ``agent`` label's cardinality bound, per metric)."""
-MAX_SCAN_CALLS = 8
-"""SCAN round trips per refresh, at most, to fill the queue of agents to read."""
+MAX_DIRECTORY_PAGES = 8
+"""Directory pages (index reads, or ``SCAN`` calls on a store whose index is not built) per refresh, at
+most, to fill the queue of agents to read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +46,9 @@ class InboxGauges(Collector):
     ``generate_latest`` (the front's ``before_metrics`` hook does, with a timeout). ``collect`` only
     reads the cached figures, so it never touches Redis or blocks the event loop.
 
-    Work per refresh is bounded: ``TIME``, at most ``MAX_SCAN_CALLS`` ``SCAN`` calls, and one script
-    call for each of at most ``batch`` agents (auto-pipelined). Agents are visited in ``SCAN`` order,
-    continuing where the last refresh stopped. After a complete pass over the registrations, figures of
+    Work per refresh is bounded: ``TIME``, at most ``MAX_DIRECTORY_PAGES`` directory pages, and one
+    script call for each of at most ``batch`` agents (auto-pipelined). Agents are visited in directory
+    order, continuing where the last refresh stopped. After a complete pass over the registrations, figures of
     agents no longer registered are dropped, and ``indexed`` is the number that pass found. Concurrent
     scrapes share one refresh.
 
@@ -71,7 +72,7 @@ class InboxGauges(Collector):
         self._figures: dict[str, _Figure] = {}
         self._queue: deque[str] = deque()
         self._queued: set[str] = set()
-        self._scan = Scan()
+        self._walk = Walk()
         self._seen = 0
         self._indexed = 0
         self._now_ms = 0
@@ -92,9 +93,9 @@ class InboxGauges(Collector):
     async def _refresh(self) -> None:
         now_ms = await self.inspector.now_ms()
         calls = 0
-        while len(self._queue) < self.batch and not self._scan.done and calls < MAX_SCAN_CALLS:
+        while len(self._queue) < self.batch and not self._walk.done and calls < MAX_DIRECTORY_PAGES:
             calls += 1
-            for agent in await self.inspector.directory.page(self._scan):
+            for agent in await self.inspector.directory.page(self._walk):
                 if agent not in self._queued:
                     self._queued.add(agent)
                     self._queue.append(agent)
@@ -110,12 +111,12 @@ class InboxGauges(Collector):
                 self._figures[inspection.agent] = _Figure(inspection, now_ms)
             else:
                 self._figures.pop(inspection.agent, None)
-        if self._scan.done and not self._queue:
+        if self._walk.done and not self._queue:
             for gone in self._figures.keys() - self._queued:
                 del self._figures[gone]
             self._queued.clear()
             self._indexed, self._seen = self._seen, 0
-            self._scan = Scan()
+            self._walk = Walk()
         self._now_ms = now_ms
 
     def labelled(self) -> list[AgentInspection]:

@@ -5,7 +5,7 @@ slot) returns the registration hash, ``XLEN`` of the inbox, the ``XPENDING`` sum
 oldest unacknowledged entry, ``XLEN`` of the dead-letter stream and how many envelopes expired or hit
 the delivery limit. Calls for many agents are
 auto-pipelined (per node on a cluster). No message text leaves Redis: the oldest entry is found by id
-inside the script. The agents are found by scanning registrations (``adapters/redis/directory.py``).
+inside the script. The agents are listed by the directory (``adapters/redis/directory.py``).
 
 The stream holds exactly the unacknowledged envelopes (acknowledge deletes), and every pending
 (handed out) entry is older than every entry not yet handed out, so the oldest unacknowledged entry is
@@ -125,7 +125,7 @@ class Inspector:
         return await self.connection.call(run, idempotent=True)
 
     async def agent_ids(self, limit: int) -> list[str]:
-        """Registered agent ids, sorted, at most ``limit`` (a full scan: for the CLI)."""
+        """Registered agent ids, sorted, at most ``limit`` (a full listing: for the CLI)."""
         return (await self.directory.agents())[:limit]
 
     async def inspect(self, agents: Sequence[str], now_ms: int | None = None) -> list[AgentInspection]:
@@ -192,7 +192,7 @@ class Report:
     time: str
     """Redis ``TIME`` when the figures were read (ISO-8601 UTC)."""
     indexed: int
-    """Registered agents (registration hashes found by the scan)."""
+    """Registered agents (the directory's full listing)."""
     agents: list[AgentInspection]
 
 

@@ -2,7 +2,8 @@
 
 Agent ids are checked against ``broker.ids.AGENT_ID_PATTERN`` before they reach this module, so a key
 can never be injected. The ``{agent}`` hash tag keeps an agent's keys in one cluster slot, and every
-script touches the keys of one agent only.
+script touches the keys of one agent only (the directory of every agent, on a slot of its own, is
+written by plain commands beside the register and retire scripts).
 """
 
 from __future__ import annotations
@@ -132,9 +133,21 @@ class Keys:
         """Pub/sub channel: the send, requeue and register scripts publish the agent id here."""
         return f"{self.prefix}:wake"
 
+    def directory(self) -> str:
+        """Sorted set (every score 0, so ordered by id) of the registered agent ids, paged with
+        ``ZRANGEBYLEX``: a superset of the registrations, kept by ordering, never inside a script (it
+        is on a slot of its own), filtered on read (``adapters/redis/directory.py``)."""
+        return f"{self.prefix}:directory"
+
+    def directory_built(self) -> str:
+        """String: ms (of the builder's clock) at which ``directory`` was built from the registration
+        hashes of a store written before it; until it exists the directory is a scan of those
+        (``adapters/redis/directory_scan.py``)."""
+        return f"{self.prefix}:directory-built"
+
     def registrations(self) -> str:
-        """A SCAN pattern matching every registration hash: the agent directory is a scan of these
-        (no global index: it would put every registration in one cluster slot)."""
+        """A SCAN pattern matching every registration hash: the directory of a store written before
+        its index, and what the index is built from (``adapters/redis/directory_scan.py``)."""
         return f"{_glob_escape(self.prefix)}:agent:{{*}}"
 
     def agent_of(self, registration_key: str) -> str | None:

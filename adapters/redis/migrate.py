@@ -1,18 +1,22 @@
-"""``relay migrate``: bring a store written by relay's earlier layout to the current one (idempotent).
+"""``relay migrate``: bring a store written by relay's earlier layouts to the current one (idempotent).
 
-The earlier layout kept every agent id in one global set, ``<prefix>:agents``, which its register
-script wrote together with the agent's own keys. The current layout has no global key: the directory
-is a scan of registration hashes (``adapters/redis/directory.py``), and every script touches one
-agent's keys. Registration hashes, inbox and dead-letter streams, rate buckets and entry fields are
-the same in both layouts, so migrating is:
+The earliest layout kept every agent id in one global set, ``<prefix>:agents``, which its register
+script wrote together with the agent's own keys. The next had no index at all: the directory was a
+scan of the registration hashes. The current one lists the agents from an index that no script writes
+(``Keys.directory``, ``adapters/redis/directory.py``), so every script still touches one agent's
+keys. Registration hashes, inbox and dead-letter streams, rate buckets and entry fields are the same
+in all of them, so migrating is:
 
 1. for every agent in the old set that has a registration, make sure its inbox stream and consumer
    group exist (``XGROUP CREATE ... MKSTREAM``; an existing group is kept as it is);
 2. delete the old set;
-3. note every stored reply in the thread index (``adapters/redis/threads.py``, ``index_replies``),
+3. add every registration the scan finds to the directory's index and set its marker
+   (``adapters/redis/directory_scan.py``, ``build``): done even when the marker exists, for what a
+   worker of an earlier relay registered after the first build;
+4. note every stored reply in the thread index (``adapters/redis/threads.py``, ``index_replies``),
    so threads of envelopes sent before the index are found by it.
 
-Running it again finds no old set and changes nothing. ``dry_run`` only reports.
+Running it again finds no old set, indexes no id and changes nothing. ``dry_run`` only reports.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
-from adapters.redis.directory import Directory
+from adapters.redis.directory_scan import build
 from adapters.redis.keys import GROUP
 from adapters.redis.threads import index_replies
 from broker.text import counted
@@ -40,27 +44,33 @@ class Migration:
     groups_created: int
     """Inbox streams or groups that were missing and were created."""
     registered: int
-    """Registrations the current layout finds (scan), after the run."""
+    """Registrations the scan found (the directory's build)."""
     dry_run: bool
     replies_indexed: int = 0
     """Stored replies noted in the thread index (sent before it existed)."""
+    directory_indexed: int = 0
+    """Registered agent ids added to the directory's index (registered before it existed)."""
 
     def summary(self) -> str:
         noted = "would note" if self.dry_run else "noted"
         replies = (
             f"{noted} {counted(self.replies_indexed, 'stored reply', 'stored replies')} in the thread index"
         )
+        put = "would index" if self.dry_run else "indexed"
+        directory = f"{put} {counted(self.directory_indexed, 'agent id')} in the directory"
         if not self.legacy_index:
             agents = counted(self.registered, "agent")
-            if self.replies_indexed:
-                return f"{replies} ({agents})"
+            done = [directory] if self.directory_indexed else []
+            done += [replies] if self.replies_indexed else []
+            if done:
+                return f"{'; '.join(done)} ({agents})"
             return f"nothing to migrate: the store already has the current layout ({agents})"
         verb = "would delete" if self.dry_run else "deleted"
         made = "would create" if self.dry_run else "created"
         return (
             f"{verb} the old agent index ({counted(self.indexed, 'id')}); {made} "
             f"{counted(self.groups_created, 'missing inbox group')}; "
-            f"{counted(self.registered, 'registered agent')} found by scan; {replies}"
+            f"{counted(self.registered, 'registered agent')} found by scan; {directory}; {replies}"
         )
 
 
@@ -109,9 +119,9 @@ async def migrate(connection: RedisConnection, *, dry_run: bool = False) -> Migr
             await client.delete(index)
 
         await connection.call(drop, idempotent=True)
-    registered = len(await Directory(connection).agents())
-    replies = await index_replies(connection, dry_run=dry_run)
-    return Migration(legacy, len(agents), created, registered, dry_run, replies)
+    directory = await build(connection, dry_run=dry_run)
+    replies = await index_replies(connection, directory.agents, dry_run=dry_run)
+    return Migration(legacy, len(agents), created, len(directory.agents), dry_run, replies, directory.added)
 
 
 async def _groups(client: Redis | RedisCluster, key: str) -> set[str]:

@@ -1,11 +1,12 @@
 """``RedisOperatorView``: the read-only operator queries of ``broker.ports.IOperatorView`` on Redis.
 
-- ``agents``: the registrations found by the directory scan, then one read-only ``inspect.lua`` call
+- ``agents``: the registered agents the directory lists, then one read-only ``inspect.lua`` call
   per agent (registration hash, ``XLEN``, the ``XPENDING`` summary, the oldest entry id, dead-letter
   ``XLEN``), auto-pipelined per node by ``Inspector``: never reads an envelope.
 - ``unacknowledged``: ``peek.lua`` (``XRANGE`` plus the ``XPENDING`` counts of the same range), which
   neither reads through the consumer group nor counts a delivery.
-- ``thread``: the index walk of ``adapters/redis/threads.py`` (in proportion to the thread); when the
+- ``thread``: the index walk of ``adapters/redis/threads.py`` (in proportion to the thread), from the
+  agents the directory lists (in proportion to the agents, never to the keyspace); when the
   index knows nothing of the envelope, pages of ``peek.lua`` over every inbox and ``XRANGE`` pages of
   every history (in pipelined rounds), linked by ``in_reply_to``.
 - ``history``: ``XRANGE`` pages of the agent's history stream within the time range (its ids are the

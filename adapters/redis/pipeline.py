@@ -1,6 +1,7 @@
 """Auto-pipelined script calls: the one way relay runs its Lua scripts.
 
-The rest of the adapter sees it as a ``ScriptPipeline`` (evalsha, command, on_each_primary, close);
+The rest of the adapter sees it as a ``ScriptPipeline`` (evalsha, command, on_each_primary, commands,
+close);
 the redis-py internals it relies on are named in ``driver.py``.
 
 Script calls made in the same event-loop turn for the same node go out as one pipeline (one write,
@@ -55,6 +56,8 @@ MAX_BATCH = 8
 runs one while this process handles the replies of another (8 beat 4 and 128 at 16 concurrent callers:
 docs/performance.md)."""
 _MAX_ATTEMPTS = 16
+_MAX_REDIRECTS = 4
+"""Rounds of ``commands`` at most while the cluster redirects some of them (MOVED, ASK)."""
 _NOT_RUN = (TryAgainError, ClusterDownError, ReadOnlyError)
 """Refusals after which the server has run nothing: sending again is safe even for a send."""
 
@@ -76,6 +79,10 @@ class ScriptPipeline(Protocol):
 
     async def on_each_primary(self, *args: str | int) -> list[Any]:
         """One plain command on every master, in turn; their replies."""
+
+    async def commands(self, calls: Sequence[tuple[str, tuple[str | int, ...]]]) -> list[Any]:
+        """Plain commands, each on the node of its key: one round trip per node, the nodes together;
+        the replies in order (an error reply as its exception, not raised)."""
 
     async def close(self) -> None: ...
 
@@ -288,6 +295,34 @@ class AutoPipeline:
     async def on_each_primary(self, *args: str | int) -> list[Any]:
         return [await self._command_on(node, *args) for node in self._router.primaries()]
 
+    async def commands(self, calls: Sequence[tuple[str, tuple[str | int, ...]]]) -> list[Any]:
+        # for reads of many keys at once (the directory's filter): through this packer and reader
+        # 1,000 EXISTS took 1.6 ms, through redis-py's pipeline 10 ms (one Redis, this machine)
+        replies: list[Any] = [None] * len(calls)
+        todo = [(i, self._router.node_for(key), False) for i, (key, _) in enumerate(calls)]
+        for _ in range(_MAX_REDIRECTS):
+            groups: dict[tuple[str, bool], tuple[Node, list[int]]] = {}
+            for i, node, asking in todo:
+                groups.setdefault((node.name, asking), (node, []))[1].append(i)
+            rounds = await asyncio.gather(
+                *(
+                    self._roundtrip(node, [c for i in chosen for c in _asked(calls[i][1], asking)])
+                    for (_, asking), (node, chosen) in groups.items()
+                )
+            )
+            todo = []
+            for ((_, asking), (_, chosen)), got in zip(groups.items(), rounds, strict=True):
+                for i, reply in zip(chosen, got[1::2] if asking else got, strict=True):
+                    replies[i] = reply
+                    if isinstance(reply, MovedError):  # the slot moved: ask its new owner
+                        await self._router.moved(reply)
+                        todo.append((i, self._router.node_for(calls[i][0]), False))
+                    elif isinstance(reply, AskError):  # the slot is moving: ask where it goes
+                        todo.append((i, self._router.node_at(str(reply.host), int(reply.port)), True))
+            if not todo:
+                break
+        return replies
+
     async def _command_on(self, node: Node, *args: str | int) -> Any:
         (reply,) = await self._roundtrip(node, [args])
         if isinstance(reply, Exception):
@@ -305,6 +340,10 @@ def pack(commands: Sequence[Sequence[str | int]]) -> bytes:
     a fifth of ``Connection.pack_commands``'s cost for script calls (docs/performance.md)."""
     # hiredis's stub declares a one-element tuple; any tuple of str/int/bytes is packed
     return b"".join([hiredis.pack_command(tuple(command)) for command in commands])  # type: ignore[arg-type]
+
+
+def _asked(command: tuple[str | int, ...], asking: bool) -> list[tuple[str | int, ...]]:
+    return [("ASKING",), command] if asking else [command]
 
 
 def _fail(call: _Call, error: BaseException) -> None:

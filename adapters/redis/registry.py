@@ -1,14 +1,19 @@
-"""``RedisRegistry``: one hash per agent (see docs/redis-layout.md); semantics of ``IRegistry``."""
+"""``RedisRegistry``: one hash per agent (see docs/redis-layout.md); semantics of ``IRegistry``.
+
+Registering and retiring also keep the directory's index (``adapters/redis/directory.py``), in the
+order that keeps it a superset of the registrations: the id in before ``register.lua``, out only after
+``retire.lua``; ``list`` reads a page of it and the registration of each id, dropping ids without one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
 from adapters.redis.connection import RedisConnection
-from adapters.redis.directory import Directory
+from adapters.redis.directory import MAX_PAGES, Directory
 from adapters.redis.entries import tier_of
 from adapters.redis.errors import Refused, refusal
 from adapters.redis.inbox import purge_inbox
@@ -23,6 +28,9 @@ from broker.addresses import Address
 from broker.envelope import now_ms, parse_ms
 from broker.ports import RegisterOutcome, Registration, Retired
 
+_LEAST_READ = 64
+"""Index ids one round of ``RedisRegistry.list`` reads at least."""
+
 
 class RedisRegistry:
     def __init__(self, connection: RedisConnection) -> None:
@@ -35,6 +43,7 @@ class RedisRegistry:
     async def register(self, agent: str, address: Address, session: str) -> RegisterOutcome:
         now = now_ms()
         call = register_call(self.keys, agent, address, session, now=now)
+        await self.directory.enter(agent)  # first: the directory never lacks a registration
         try:
             reply = Registered.read(
                 await self.connection.script(
@@ -43,6 +52,8 @@ class RedisRegistry:
             )
         except ResponseError as exc:
             raise refusal(exc, Refused(agent, session)) from exc
+        if reply.created:  # a retirement may have taken the id out since the first (Directory's module)
+            await self.directory.enter(agent)
         registration = Registration(
             agent=agent,
             provider=address.provider,
@@ -66,21 +77,17 @@ class RedisRegistry:
         return _registration(agent, found) if found else None
 
     async def list(self, limit: int = 1000, after: str | None = None) -> list[Registration]:
-        agents = [a for a in await self.directory.agents() if after is None or a > after][:limit]
-        keys = self.keys
-
-        async def run(client: Redis | RedisCluster) -> list[Registration]:
-            pipe = client.pipeline(transaction=False)
-            for agent in agents:
-                pipe.hgetall(keys.registration(agent))
-            found = await pipe.execute()
-            return [
-                _registration(a, {str(k): str(v) for k, v in row.items()})
-                for a, row in zip(agents, found, strict=True)
-                if row
-            ]
-
-        return await self.connection.call(run, idempotent=True) if agents else []
+        found: list[Registration] = []
+        for _ in range(MAX_PAGES):
+            if len(found) >= limit:
+                break
+            # a few more than needed, so that ids without a registration rarely cost another round
+            agents, more = await self.directory.candidates(after, max(limit - len(found), _LEAST_READ))
+            found += await _rows(self.connection, agents)
+            if not more:
+                break
+            after = agents[-1]
+        return found[:limit]
 
     async def leave(self, agent: str, session: str) -> bool:
         call = leave_call(self.keys, agent, session)
@@ -103,8 +110,27 @@ class RedisRegistry:
             )
         except ResponseError as exc:
             raise refusal(exc, Refused(agent)) from exc
+        await self.directory.leave(agent)  # only now: the registration is gone
         purged = await purge_inbox(connection, agent, reply.newest) if reply.newest else 0
         return Retired(agent, reply.sessions, reply.now, purged)
+
+
+async def _rows(connection: RedisConnection, agents: Sequence[str]) -> list[Registration]:
+    """The registrations of ``agents`` that have one, in order."""
+    keys = connection.keys
+
+    async def run(client: Redis | RedisCluster) -> list[Registration]:
+        pipe = client.pipeline(transaction=False)
+        for agent in agents:
+            pipe.hgetall(keys.registration(agent))
+        found = await pipe.execute()
+        return [
+            _registration(a, {str(k): str(v) for k, v in row.items()})
+            for a, row in zip(agents, found, strict=True)
+            if row
+        ]
+
+    return await connection.call(run, idempotent=True) if agents else []
 
 
 def _registration(agent: str, row: Mapping[str, str]) -> Registration:

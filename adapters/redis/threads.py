@@ -25,7 +25,6 @@ from typing import Any, Final
 from redis.asyncio import Redis, RedisCluster
 
 from adapters.redis.connection import RedisConnection
-from adapters.redis.directory import Directory
 from adapters.redis.entries import NONCE, envelope_id, fields_of
 from adapters.redis.inbox import retained_until
 from adapters.redis.protocol import DAY_MS
@@ -84,14 +83,15 @@ async def walk(connection: RedisConnection, envelope_id: str, agents: Sequence[s
     return list(held.values())
 
 
-async def index_replies(connection: RedisConnection, *, dry_run: bool = False) -> int:
-    """Note in the replies index every stored reply that is not there yet (envelopes sent before the
-    index, for ``relay migrate``): every inbox and history is read once, in pages; returns how many
-    replies were (or, with ``dry_run``, would be) noted. Idempotent: a second run notes none."""
+async def index_replies(connection: RedisConnection, agents: Sequence[str], *, dry_run: bool = False) -> int:
+    """Note in the replies index every stored reply of ``agents`` (the registered ones) that is not
+    there yet (envelopes sent before the index, for ``relay migrate``): every inbox and history is read
+    once, in pages; returns how many replies were (or, with ``dry_run``, would be) noted. Idempotent: a
+    second run notes none."""
     keys = connection.keys
     until = connection.settings.history_retention_ms
     added = 0
-    for agent in await Directory(connection).agents():
+    for agent in agents:
         for key in (keys.inbox(agent), keys.history(agent)):
             start = "-"
             while True:

@@ -23,9 +23,11 @@ def register(subparsers: Subparsers) -> None:
         "migrate",
         help="bring a store written by an earlier relay to the current Redis layout (idempotent)",
         description="Move the Redis store of an earlier relay to the current key layout: drop the old "
-        "global agent index (every script now touches one agent's keys, so the same layout runs on one "
-        "Redis or a Redis Cluster) after making sure every indexed agent's inbox group exists. Safe to "
-        "run twice, and while relay serve runs.",
+        "global agent set (every script now touches one agent's keys, so the same layout runs on one "
+        "Redis or a Redis Cluster) after making sure every agent in it has its inbox group, and add "
+        "every registered agent to the directory's index (so listings never scan the keyspace). Safe "
+        "to run twice, and while relay serve runs; after a rolling upgrade, run it again once the last "
+        "earlier worker stopped.",
     )
     parser.add_argument("--prefix", default="relay", help="the relay's Redis key prefix (default relay)")
     parser.add_argument("--dry-run", action="store_true", help="report what would change; change nothing")

@@ -21,7 +21,7 @@ DEFAULT_MAX_AGE: Final = 1.0
 MAX_AGENTS: Final = 20_000
 """Agents the overview reads at most (the store's registrations beyond are counted, not shown)."""
 PAGE: Final = 5000
-"""Agents asked of the operator view per call (one directory scan each)."""
+"""Agents asked of the operator view per call (one directory listing each)."""
 MAX_PAGE_ROWS: Final = 500
 BACKLOG_WARN: Final = 100
 BACKLOG_ALERT: Final = 1000
