@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from broker.front.guards import ANSWERED_BY_SERVER, HttpLimits
+from broker.front.http_limits import ANSWERED_BY_SERVER, HttpLimits
 from broker.front.jsonrpc import INVALID_REQUEST, error_bytes
 
 log = logging.getLogger("relay.serve")

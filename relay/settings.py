@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.redis.embedded_state import running_server_url
-from broker.front import guards
+from broker.front import http_limits as front_limits
 from broker.limits import (
     DEFAULT_HISTORY_RETENTION_MS,
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
@@ -124,34 +124,37 @@ class ServeSettings(StoreSettings):
         0, ge=0, le=1_000_000, description="sends an agent may make at once above its rate; 0 = 2 x rate"
     )
     max_body_bytes: int = Field(
-        guards.DEFAULT_MAX_BODY_BYTES,
+        front_limits.DEFAULT_MAX_BODY_BYTES,
         ge=1024,
         le=64 * 1024 * 1024,
         description="largest /mcp/agent request body",
     )
     idle_timeout: float = Field(
-        guards.DEFAULT_IDLE_TIMEOUT,
+        front_limits.DEFAULT_IDLE_TIMEOUT,
         gt=0,
         le=3600,
         description="seconds a connection may idle between requests",
     )
     header_timeout: float = Field(
-        guards.DEFAULT_HEADER_TIMEOUT,
+        front_limits.DEFAULT_HEADER_TIMEOUT,
         gt=0,
         le=3600,
         description="seconds a request's headers may take to arrive",
     )
     max_header_bytes: int = Field(
-        guards.DEFAULT_MAX_HEADER_BYTES,
+        front_limits.DEFAULT_MAX_HEADER_BYTES,
         ge=1024,
         le=16 * 1024 * 1024,
         description="largest request line plus headers",
     )
     body_timeout: float = Field(
-        guards.DEFAULT_BODY_TIMEOUT, gt=0, le=3600, description="seconds a request body may take to arrive"
+        front_limits.DEFAULT_BODY_TIMEOUT,
+        gt=0,
+        le=3600,
+        description="seconds a request body may take to arrive",
     )
     max_connections: int = Field(
-        guards.DEFAULT_MAX_CONNECTIONS,
+        front_limits.DEFAULT_MAX_CONNECTIONS,
         ge=1,
         le=1_000_000,
         description="HTTP connections open at once; a further one is answered 503 and closed",
@@ -254,9 +257,9 @@ class ServeSettings(StoreSettings):
         return _ms(self.history_retention)
 
     @property
-    def http_limits(self) -> guards.HttpLimits:
+    def http_limits(self) -> front_limits.HttpLimits:
         """The connection and request limits of the HTTP front."""
-        return guards.HttpLimits(
+        return front_limits.HttpLimits(
             idle_timeout=self.idle_timeout,
             header_timeout=self.header_timeout,
             max_header_bytes=self.max_header_bytes,

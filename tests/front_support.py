@@ -22,7 +22,7 @@ from adapters.redis import RedisConnection, RedisInboxStore, RedisNoticeStore, R
 from adapters.redis.operator_view import RedisOperatorView
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.front.app import create_app
-from broker.front.guards import DEFAULT_MAX_BODY_BYTES
+from broker.front.http_limits import DEFAULT_MAX_BODY_BYTES
 from broker.front.tokens import KeyRing, agent_headers, generate_key
 from broker.front.tools import DEFAULT_TOOLS, ToolOptions
 from broker.limits import DEFAULT_HISTORY_RETENTION_MS, MAX_WAIT_SECONDS

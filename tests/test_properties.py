@@ -29,7 +29,7 @@ from broker import schemas
 from broker.addresses import ClaudeCodeAddress, host_providers
 from broker.agent_message import AgentMessage, AgentMessageContract
 from broker.errors import ContractViolation, InvalidArgument, RelayError
-from broker.front.guards import DEFAULT_MAX_BODY_BYTES
+from broker.front.http_limits import DEFAULT_MAX_BODY_BYTES
 from broker.ids import (
     AGENT_ID_PATTERN,
     ENVELOPE_ID_PATTERN,

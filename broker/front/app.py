@@ -31,13 +31,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.agent_message import AgentMessage
 from broker.front.auth import AgentAuthMiddleware
-from broker.front.guards import (
-    DEFAULT_MAX_BODY_BYTES,
-    LOOPBACK_NAMES,
-    BodyGuard,
-    HostCheck,
-    RequestCheck,
-)
+from broker.front.guards import LOOPBACK_NAMES, BodyGuard, HostCheck, RequestCheck
+from broker.front.http_limits import DEFAULT_MAX_BODY_BYTES
 from broker.front.jsonrpc import INVALID_REQUEST, error_response
 from broker.front.paths import LEAVE_PATH, MCP_PATH, TOKEN_PATH, UI_PATH, WAIT_PATH
 from broker.front.server import build_mcp_server

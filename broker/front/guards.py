@@ -4,8 +4,7 @@
 body within a size limit before anything parses it, ``RequestCheck`` refuses what is not one JSON-RPC
 request as the specification says (the MCP SDK would not). The limits that need the connection itself (idle
 keep-alive, header size and time, body time, concurrent connections) are the HTTP server's
-(``relay.http_limits``); their defaults are declared here with the others so that every limit has one
-definition.
+(``relay.http_limits``); every limit's default is declared once, in ``broker.front.http_limits``.
 
 Every refusal is a JSON-RPC error (``broker.front.jsonrpc``): a limit's names the limit and the
 ``relay serve`` option that sets it (``id`` null: the request was not read).
@@ -16,7 +15,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Final
 
 import pydantic_core
@@ -26,6 +24,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.errors import json_type
+from broker.front.http_limits import ANSWERED_BY_SERVER
 from broker.front.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -38,40 +37,9 @@ from broker.text import encodable, shown
 
 log = logging.getLogger("relay.front")
 
-DEFAULT_MAX_BODY_BYTES: Final = 262144
-"""Largest ``/mcp/agent`` request body accepted unless configured otherwise."""
-DEFAULT_IDLE_TIMEOUT: Final = 30.0
-"""Longer than the keep-alive expiry of common clients (httpx 5 s, Node's fetch 4 s, aiohttp 15 s): a
-client then drops an idle connection before relay closes it, and never sends a request on a connection
-the server is closing (which fails as a read error, and a send may or may not have landed). A new
-connection that sends nothing is closed after the header timeout when that is shorter."""
-DEFAULT_HEADER_TIMEOUT: Final = 10.0
-DEFAULT_MAX_HEADER_BYTES: Final = 64 * 1024
-DEFAULT_BODY_TIMEOUT: Final = 10.0
-DEFAULT_MAX_CONNECTIONS: Final = 1000
-
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
-ANSWERED_BY_SERVER: Final = "relay.answered_by_server"
-"""Scope key an HTTP server sets (true) when it answered and closed a request itself (a body too slow
-or malformed) and logged why: the front then has nothing to add."""
-
-
-@dataclass(frozen=True)
-class HttpLimits:
-    """What one connection and one request may take (``relay serve`` options of the same names)."""
-
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    """Seconds a connection may sit with no request in progress before it is closed."""
-    header_timeout: float = DEFAULT_HEADER_TIMEOUT
-    """Seconds from a request's first byte to the end of its headers."""
-    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
-    """Bytes of request line and headers."""
-    body_timeout: float = DEFAULT_BODY_TIMEOUT
-    """Seconds from the end of the headers to the end of the body."""
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    """Connections open at once; a further one is answered 503 and closed."""
 
 
 def refusal(status: int, message: str, *, close: bool = False, **data: object) -> Response:
