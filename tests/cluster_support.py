@@ -13,6 +13,7 @@ import contextlib
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -161,3 +162,37 @@ class LocalCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@dataclass(frozen=True)
+class SlotMove:
+    """Where a key's slot is and a master it can move to, as ``CLUSTER NODES`` says."""
+
+    slot: int
+    source_port: int
+    source_id: str
+    target_port: int
+    target_id: str
+    others: list[int]
+    """The ports of the remaining masters."""
+
+
+def slot_move(cluster: LocalCluster, key: str) -> SlotMove:
+    """``key``'s slot, its master, and the first other master as the target of a move."""
+    source = cluster.master_of(key)
+    with redis.Redis(host="127.0.0.1", port=source.port, decode_responses=True) as client:
+        slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+        source_id = str(client.execute_command("CLUSTER", "MYID"))
+        masters = [
+            line.split()
+            for line in str(client.execute_command("CLUSTER", "NODES")).splitlines()
+            if "master" in line.split()[2] and line.split()[0] != source_id
+        ]
+    ports = [int(m[1].split("@")[0].rsplit(":", 1)[1]) for m in masters]
+    return SlotMove(slot, source.port, source_id, ports[0], masters[0][0], ports[1:])
+
+
+def set_slot(port: int, slot: int, *args: str) -> None:
+    """``CLUSTER SETSLOT slot *args`` on the master at ``port``."""
+    with redis.Redis(host="127.0.0.1", port=port, decode_responses=True) as client:
+        client.execute_command("CLUSTER", "SETSLOT", slot, *args)

@@ -59,6 +59,20 @@ async def memory_relays(
         yield relays
 
 
+def old_registration(agent: str) -> dict[str, str]:
+    """A registration hash as relay's earlier layout wrote it (and redis-cli could): no directory
+    index beside it."""
+    return {
+        "agent": agent,
+        "provider": "claudecode",
+        "endpoint": "127.0.0.1:14111",
+        "tier": "host",
+        "session": f"{agent}-1",
+        "registered_at": "2026-11-29T13:00:00.000Z",
+        "updated_at": "2026-11-29T13:00:00.000Z",
+    }
+
+
 def memory_state(limits: Limits = Limits()) -> MemoryState:
     return MemoryState(
         inbox_cap=limits.inbox_cap,

@@ -8,7 +8,6 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-import redis
 from redis._parsers.base import BaseParser
 from redis.exceptions import ClusterError, SlotNotCoveredError, TryAgainError
 
@@ -19,7 +18,7 @@ from broker.agent_message import AgentMessageContract
 from broker.envelope import Tier
 from broker.errors import BackendUnavailable
 from broker.relay import Relay
-from tests.cluster_support import LocalCluster
+from tests.cluster_support import LocalCluster, set_slot, slot_move
 from tests.support import address_for, unique_prefix
 
 REPLIES = {
@@ -59,29 +58,14 @@ def test_what_the_cluster_client_raises_itself_is_named_too(exc: Exception, cond
 def half_migrated(cluster: LocalCluster, key: str) -> Iterator[None]:
     """``key``'s slot marked MIGRATING on its master and IMPORTING on another, as a resharding leaves
     it between steps: a script whose keys are partly on each side gets TRYAGAIN. Set back after."""
-    source = cluster.master_of(key)
-    with redis.Redis(host="127.0.0.1", port=source.port, decode_responses=True) as client:
-        slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
-        source_id = str(client.execute_command("CLUSTER", "MYID"))
-        masters = [
-            line.split()
-            for line in str(client.execute_command("CLUSTER", "NODES")).splitlines()
-            if "master" in line.split()[2] and line.split()[0] != source_id
-        ]
-    target_id, address = masters[0][0], masters[0][1].split("@")[0]
-    target_port = int(address.rsplit(":", 1)[1])
+    move = slot_move(cluster, key)
     try:
-        _setslot(target_port, slot, "IMPORTING", source_id)
-        _setslot(source.port, slot, "MIGRATING", target_id)
+        set_slot(move.target_port, move.slot, "IMPORTING", move.source_id)
+        set_slot(move.source_port, move.slot, "MIGRATING", move.target_id)
         yield
     finally:
-        for port in (source.port, target_port):
-            _setslot(port, slot, "STABLE")
-
-
-def _setslot(port: int, slot: int, *args: str) -> None:
-    with redis.Redis(host="127.0.0.1", port=port, decode_responses=True) as client:
-        client.execute_command("CLUSTER", "SETSLOT", slot, *args)
+        for port in (move.source_port, move.target_port):
+            set_slot(port, move.slot, "STABLE")
 
 
 async def test_a_slot_being_moved_is_named_on_the_real_cluster(redis_cluster: LocalCluster) -> None:

@@ -25,9 +25,9 @@ from broker.agent_message import AgentMessage, AgentMessageContract, Kind
 from broker.envelope import Tier
 from broker.errors import AgentRetired, BackendUnavailable
 from broker.relay import Relay
-from tests.cluster_support import LocalCluster
+from tests.cluster_support import LocalCluster, set_slot, slot_move
 from tests.processes import run_relay
-from tests.support import address_for, unique_prefix
+from tests.support import address_for, old_registration, unique_prefix
 
 UNRELATED = 200_000
 """Keys of something else in the same Redis, for the cost test."""
@@ -58,18 +58,7 @@ class Store:
 
     def write_old_registration(self, agent: str) -> None:
         """A registration hash as relay wrote it before the index (and redis-cli could)."""
-        self.raw.hset(
-            self.keys.registration(agent),
-            mapping={
-                "agent": agent,
-                "provider": "claudecode",
-                "endpoint": "127.0.0.1:14111",
-                "tier": "host",
-                "session": f"{agent}-1",
-                "registered_at": "2026-11-29T13:00:00.000Z",
-                "updated_at": "2026-11-29T13:00:00.000Z",
-            },
-        )
+        self.raw.hset(self.keys.registration(agent), mapping=old_registration(agent))
 
     def forget_the_index(self) -> None:
         """What a store written before the index lacks: the index and its marker."""
@@ -301,16 +290,6 @@ async def test_a_register_that_cannot_write_the_index_registers_nothing() -> Non
         server.stop()
 
 
-def _port(node_line: list[str]) -> int:
-    """The port of a ``CLUSTER NODES`` line (split): ``<id> <host>:<port>@<bus port> ...``."""
-    return int(node_line[1].split("@")[0].rsplit(":", 1)[1])
-
-
-def _setslot(port: int, slot: int, *args: str) -> None:
-    with redis.Redis(host="127.0.0.1", port=port, decode_responses=True) as client:
-        client.execute_command("CLUSTER", "SETSLOT", slot, *args)
-
-
 async def test_a_listing_follows_a_registration_whose_slot_is_moving(redis_cluster: LocalCluster) -> None:
     """Mid-resharding: the registration hash already moved to the importing master, so its old master
     answers the listing's EXISTS with ASK; once the whole slot moved, with MOVED. The slot stays on
@@ -320,20 +299,11 @@ async def test_a_listing_follows_a_registration_whose_slot_is_moving(redis_clust
         await register(store, "alice", mover)
         assert await store.directory.agents() == sorted(["alice", mover])  # (builds: a fresh store)
         key = store.keys.registration(mover)
-        source = redis_cluster.master_of(key)
-        with redis.Redis(host="127.0.0.1", port=source.port, decode_responses=True) as client:
-            slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
-            source_id = str(client.execute_command("CLUSTER", "MYID"))
-            masters = [
-                line.split()
-                for line in str(client.execute_command("CLUSTER", "NODES")).splitlines()
-                if "master" in line.split()[2]
-            ]
-            target = next(m for m in masters if m[0] != source_id)
-            target_id, target_port = target[0], _port(target)
-            others = [_port(m) for m in masters if m[0] not in (source_id, target_id)]
-            _setslot(target_port, slot, "IMPORTING", source_id)
-            _setslot(source.port, slot, "MIGRATING", target_id)
+        move = slot_move(redis_cluster, key)
+        slot, target_port, target_id = move.slot, move.target_port, move.target_id
+        with redis.Redis(host="127.0.0.1", port=move.source_port, decode_responses=True) as client:
+            set_slot(target_port, slot, "IMPORTING", move.source_id)
+            set_slot(move.source_port, slot, "MIGRATING", target_id)
             try:
                 client.execute_command("MIGRATE", "127.0.0.1", target_port, key, 0, 5000)
                 assert await store.directory.agents() == sorted(["alice", mover])  # through ASK
@@ -342,10 +312,10 @@ async def test_a_listing_follows_a_registration_whose_slot_is_moving(redis_clust
                     if not rest:
                         break
                     client.execute_command("MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *rest)
-                for port in (target_port, source.port, *others):
-                    _setslot(port, slot, "NODE", target_id)
+                for port in (target_port, move.source_port, *move.others):
+                    set_slot(port, slot, "NODE", target_id)
             except BaseException:
-                for port in (source.port, target_port):
-                    _setslot(port, slot, "STABLE")
+                for port in (move.source_port, target_port):
+                    set_slot(port, slot, "STABLE")
                 raise
         assert await store.directory.agents() == sorted(["alice", mover])  # through MOVED

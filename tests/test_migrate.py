@@ -13,7 +13,7 @@ from adapters.redis.keys import GROUP, Keys
 from broker.agent_message import AgentMessageContract
 from broker.relay import Relay
 from tests.processes import run_relay
-from tests.support import unique_prefix
+from tests.support import old_registration, unique_prefix
 
 # one envelope as the earlier send script wrote it (same fields as today)
 OLD_ENTRY = {
@@ -31,18 +31,7 @@ def fill_old_layout(client: redis.Redis, keys: Keys) -> None:
     index, bob with one queued envelope, carol registered but with her inbox stream removed by hand,
     and a stale index member without a registration."""
     for agent in ("alice", "bob", "carol"):
-        client.hset(
-            keys.registration(agent),
-            mapping={
-                "agent": agent,
-                "provider": "claudecode",
-                "endpoint": "127.0.0.1:14111",
-                "tier": "host",
-                "session": f"{agent}-1",
-                "registered_at": "2026-11-29T13:00:00.000Z",
-                "updated_at": "2026-11-29T13:00:00.000Z",
-            },
-        )
+        client.hset(keys.registration(agent), mapping=old_registration(agent))
         client.sadd(keys.legacy_agents(), agent)
         if agent != "carol":
             client.xgroup_create(keys.inbox(agent), GROUP, id="0", mkstream=True)
