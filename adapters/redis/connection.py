@@ -210,36 +210,42 @@ class RedisConnection:
         """Run ``operation(client)`` with a plain-command client; Redis failures become ``RelayError``
         (``store_error``). Idempotent operations are retried once on a connection error: after a Redis
         restart the first use of a pooled connection can fail."""
+
+        async def run(stack: _Stack) -> T:
+            async with self._plain:
+                return await operation(stack.client)
+
+        return await self._retried(run, 2 if idempotent else 1)
+
+    async def commands(self, calls: Sequence[tuple[str, tuple[str | int, ...]]]) -> list[Any]:
+        """Read-only plain commands, ``(key, (command, *args))`` each, pipelined per node (one round
+        trip per node); their replies in order. Any failure, an error reply too, is a ``RelayError``
+        (``store_error``); sent once more after a connection failure, like ``call``."""
+
+        async def run(stack: _Stack) -> list[Any]:
+            return await stack.pipeline.commands(calls)
+
+        replies = await self._retried(run, 2)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise store_error(reply) from reply
+        return replies
+
+    async def _retried(self, run: Callable[[_Stack], Awaitable[T]], attempts: int) -> T:
+        """``run(stack)``, sent again (up to ``attempts`` in all) after a connection failure, never
+        after an error reply or a timeout (it may have run); failures become ``store_error``'s.
+        ``script`` keeps its own copy of this loop: it runs on every send, fetch and acknowledgement,
+        where a closure per call is a cost."""
         stack = self._stack or await self._stack_or_unavailable()
-        attempts = 2 if idempotent else 1
         for attempt in range(attempts):
             try:
-                async with self._plain:
-                    return await operation(stack.client)
+                return await run(stack)
             except STORE_FAILURES as exc:
                 if attempt + 1 < attempts and not isinstance(
                     exc, ResponseError | TimeoutError | RedisTimeoutError
                 ):
                     continue
                 raise store_error(exc) from exc
-        raise AssertionError("unreachable")
-
-    async def commands(self, calls: Sequence[tuple[str, tuple[str | int, ...]]]) -> list[Any]:
-        """Read-only plain commands, ``(key, (command, *args))`` each, pipelined per node (one round
-        trip per node); their replies in order. Any failure, an error reply too, is a ``RelayError``
-        (``store_error``); sent once more after a connection failure, like ``call``."""
-        stack = self._stack or await self._stack_or_unavailable()
-        for attempt in range(2):
-            try:
-                replies = await stack.pipeline.commands(calls)
-            except STORE_FAILURES as exc:
-                if attempt == 0 and not isinstance(exc, TimeoutError | RedisTimeoutError):
-                    continue
-                raise store_error(exc) from exc
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise store_error(reply) from reply
-            return replies
         raise AssertionError("unreachable")
 
     async def _stack_or_unavailable(self) -> _Stack:
