@@ -1,9 +1,13 @@
 """Workbench faults with the real SDKs, offline: a session process SIGKILLed while a prompt is being
-submitted, a session that keeps refusing, and the Workbench host SIGKILLed with envelopes in flight.
+submitted or before its model answered it, a session that keeps refusing, and the Workbench host
+SIGKILLed with envelopes in flight.
 
 - The session's CLI is stopped (SIGSTOP), so the submission of the next envelope hangs in it; once the
   store shows the envelope handed out, the CLI is SIGKILLed. The host restarts the session, resuming
   its conversation, and the envelope is delivered again (attempt 2) and acknowledged.
+- The fake model holds the request of the next prompt (the session took it in, its model has not
+  answered): the envelope is not acknowledged; the CLI is SIGKILLed, and the restarted session gets
+  the envelope again (attempt 2).
 - A session with ``max_queued = 0`` in a turn that does not end refuses every prompt: after
   ``max_attempts`` the envelope is a dead letter, with the refusal as its reason.
 - ``relay workbench`` (a child process) is SIGKILLed while its sessions hold prompts they have not
@@ -17,8 +21,9 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +40,7 @@ from tests.fake_openai import FakeOpenAI
 from tests.front_support import running_front
 from tests.support import unique_prefix
 from tests.workbench_support import (
+    Hosted,
     WorkbenchProcess,
     claude_agent_entry,
     claude_agent_fixture,
@@ -70,37 +76,48 @@ def _note(text: str) -> AgentMessage:
     return AgentMessage(kind=Kind.KIND_NOTE, text=text)
 
 
+def _solo(
+    runtime: str, request: pytest.FixtureRequest
+) -> tuple[FakeModelAPI, Callable[[str], dict[str, Any]]]:
+    """The fake model API of ``runtime`` and a maker of its ``solo`` agent's config entry (from the
+    API's URL), with the runtime's fixtures set up."""
+    if runtime == "copilot":
+        cli = request.getfixturevalue("copilot_cli")
+        request.getfixturevalue("cli_environment")
+        return FakeOpenAI(), lambda url: copilot_agent_entry("solo", url, cli)
+    request.getfixturevalue("claude_agent")
+    request.getfixturevalue("cli_environment")
+    return FakeAnthropic(), lambda url: claude_agent_entry("solo", url)
+
+
+async def _first_turn(
+    relay: Relay[AgentMessage], api: FakeModelAPI, hosted: Hosted
+) -> Envelope[AgentMessage]:
+    """``cc`` registers and sends ``solo`` a first note; once its turn has ended, the session has a
+    conversation to resume (the CLI stores a turn as it ends: a kill before that leaves none)."""
+    await relay.register("cc", _host_address(), "cc-1")
+    first = await relay.send("cc", "solo", _note("remember the word marmalade"), session="cc-1")
+    await request_where(api, lambda r: first.id in r.text(), "with the first note")
+    await _until_state(relay, "cc", first.id, "acknowledged")
+    live = hosted.sessions.live("workbench.solo")
+    await eventually(lambda: live is not None and not live.busy, BOUND, "the first turn ended")
+    return first
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 async def test_a_session_killed_mid_submission_is_restarted_and_gets_the_envelope_again(
     runtime: str, request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
 ) -> None:
-    if runtime == "copilot":
-        cli = request.getfixturevalue("copilot_cli")
-        api: FakeModelAPI = FakeOpenAI()
-    else:
-        request.getfixturevalue("claude_agent")
-        api = FakeAnthropic()
-    request.getfixturevalue("cli_environment")
+    api, entry = _solo(runtime, request)
     prefix = unique_prefix()
     with api:
-        entry = (
-            copilot_agent_entry("solo", api.base_url, cli)
-            if runtime == "copilot"
-            else claude_agent_entry("solo", api.base_url)
-        )
-        config = write_config(tmp_path / "workbench.toml", [entry])
+        config = write_config(tmp_path / "workbench.toml", [entry(api.base_url)])
         async with (
             running_front(redis_url, prefix=prefix) as front,
             hosting(config, redis_url, prefix, tmp_path / "data", 1) as hosted,
         ):
             relay = front.relay
-            await relay.register("cc", _host_address(), "cc-1")
-            first = await relay.send("cc", "solo", _note("remember the word marmalade"), session="cc-1")
-            await request_where(api, lambda r: first.id in r.text(), "with the first note")
-            await _until_state(relay, "cc", first.id, "acknowledged")
-            live = hosted.sessions.live("workbench.solo")
-            # the CLI stores a turn as it ends: a kill before that leaves no conversation to resume
-            await eventually(lambda: live is not None and not live.busy, BOUND, "the first turn ended")
+            first = await _first_turn(relay, api, hosted)
             pid = hosted.pid("solo")
             os.kill(pid, signal.SIGSTOP)
             try:
@@ -115,6 +132,43 @@ async def test_a_session_killed_mid_submission_is_restarted_and_gets_the_envelop
             assert hosted.pid("solo") != pid
             statuses = await relay.status("cc", [first.id, second.id])
             assert [s.state for s in statuses] == ["acknowledged", "acknowledged"]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+async def test_a_session_killed_before_its_model_answered_a_prompt_it_took_in_gets_the_envelope_again(
+    runtime: str, request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
+) -> None:
+    """A session takes a prompt into its conversation a moment before its model request leaves, and
+    a CLI killed then keeps nothing of it: the envelope is acknowledged only once the model answered."""
+    api, entry = _solo(runtime, request)
+    prefix = unique_prefix()
+    with api:
+        config = write_config(tmp_path / "workbench.toml", [entry(api.base_url)])
+        async with (
+            running_front(redis_url, prefix=prefix) as front,
+            hosting(config, redis_url, prefix, tmp_path / "data", 1) as hosted,
+        ):
+            relay = front.relay
+            first = await _first_turn(relay, api, hosted)
+            pid = hosted.pid("solo")
+            api.hold()  # the model gets the next request and does not answer it
+            try:
+                second = await relay.send("cc", "solo", _note("and now the second note"), session="cc-1")
+                await request_where(api, lambda r: second.id in r.text(), "with the second note")
+                assert await _state(relay, "cc", second.id) == "delivered"  # taken in, not answered
+                os.kill(pid, signal.SIGKILL)
+            finally:
+                api.release()
+            again = await request_where(
+                api,
+                lambda r: second.id in r.text() and "attempt: 2\n" in r.text(),
+                "with the second note again",
+            )
+            await _until_state(relay, "cc", second.id, "acknowledged")
+            assert "remember the word marmalade" in again.text()  # the conversation was resumed
+            assert hosted.pid("solo") != pid
+            statuses = await relay.status("cc", [first.id, second.id])
+            assert [s.deliveries for s in statuses] == [1, 2]
 
 
 async def test_a_session_that_keeps_refusing_ends_in_a_dead_letter_with_the_reason(

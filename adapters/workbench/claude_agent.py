@@ -7,12 +7,14 @@ Each session is one ``ClaudeSDKClient`` (one ``claude`` process, stream-JSON ove
   ...), bound to the session's agent; the model gets only them and the configured ``tools``
   (``allowed_tools``, no setting sources: the folder's own settings and hooks are not loaded);
 - prompts are written with ``verbatim_prompts`` (no ``@path`` expansion, no slash commands from a
-  message's text). A prompt is *accepted* once the session took it: the turn it starts began (the
-  CLI's ``init`` system message), or, for a prompt written during a turn, which the CLI merges into it
-  (attached to the next tool result) or runs as the next turn, its echo (``--replay-user-messages``,
-  the prompt's own uuid) or the start of that next turn. Acceptance never counts results: one turn may
-  answer several prompts. A prompt not accepted within ``accept_timeout`` stays written: the retry of
-  the same envelope waits for it instead of writing it again;
+  message's text). A prompt is *taken in* when the turn it starts begins (the CLI's ``init`` system
+  message), or, for a prompt written during a turn, which the CLI merges into it (attached to the next
+  tool result) or runs as the next turn, at its echo (``--replay-user-messages``, the prompt's own
+  uuid) or the start of that next turn. It is *accepted* once the model answered after that (the
+  next ``AssistantMessage``) or the turn ended (``ResultMessage``): a CLI killed in between resumes a
+  conversation without it. Acceptance never counts results: one turn may answer several prompts. A
+  prompt not accepted within ``accept_timeout`` stays written: the retry of the same envelope waits
+  for it instead of writing it again;
 - with a provider (``anthropic``) the CLI gets ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` and a
   private ``CLAUDE_CONFIG_DIR`` under ``state_dir``; without one, the CLI's own login;
 - the CLI (the wheel's bundled ``claude`` unless ``cli_path`` names one) runs under ``bound_to_host``'s
@@ -33,7 +35,7 @@ from typing import Any
 
 import claude_agent_sdk
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, create_sdk_mcp_server, tool
-from claude_agent_sdk.types import ResultMessage, SystemMessage, UserMessage
+from claude_agent_sdk.types import AssistantMessage, ResultMessage, SystemMessage, UserMessage
 
 from adapters.workbench.runtime import (
     LiveSession,
@@ -108,7 +110,9 @@ class ClaudeLive:
         self._stop = asyncio.Event()
         self._closed = asyncio.Event()
         self._waiting: dict[str, asyncio.Future[None]] = {}
-        """uuid of a written prompt -> resolved when the CLI echoes it"""
+        """uuid of a written prompt not taken in yet -> resolved when it is accepted"""
+        self._taken: dict[str, asyncio.Future[None]] = {}
+        """the same for prompts taken in that the model has not answered yet"""
         self._keys: dict[str, str] = {}
         """envelope key -> uuid of its prompt written to this process and not yet accepted"""
         self._next_turn: set[str] = set()
@@ -191,31 +195,43 @@ class ClaudeLive:
         finally:
             self._client = None
             self._closed.set()
-            for waiting in self._waiting.values():
+            for waiting in (*self._waiting.values(), *self._taken.values()):
                 if not waiting.done():
                     waiting.set_exception(SessionGone("the claude process exited"))
             self._waiting.clear()
+            self._taken.clear()
             self._keys.clear()
             self._next_turn.clear()
 
     async def _read(self, client: ClaudeSDKClient) -> None:
         async for message in client.receive_messages():
             if isinstance(message, UserMessage) and message.uuid in self._waiting:
-                self._accepted(message.uuid)
+                self._took(message.uuid)
             elif isinstance(message, SystemMessage) and message.subtype == "init":
                 self._busy = True
                 for taken in list(self._next_turn):
-                    self._accepted(taken)
+                    self._took(taken)
+            elif isinstance(message, AssistantMessage):
+                self._answered()
             elif isinstance(message, ResultMessage):
+                self._answered()
                 self._busy = False
                 self._next_turn |= set(self._waiting)  # not merged into that turn: they start the next
 
-    def _accepted(self, taken: str) -> None:
-        self._next_turn.discard(taken)
-        waiting = self._waiting.pop(taken, None)
-        if waiting is not None and not waiting.done():
-            waiting.set_result(None)
-        self._keys = {k: u for k, u in self._keys.items() if u != taken}
+    def _took(self, written: str) -> None:
+        self._next_turn.discard(written)
+        waiting = self._waiting.pop(written, None)
+        if waiting is not None:
+            self._taken[written] = waiting
+
+    def _answered(self) -> None:
+        if not self._taken:
+            return
+        answered, self._taken = self._taken, {}
+        for waiting in answered.values():
+            if not waiting.done():
+                waiting.set_result(None)
+        self._keys = {k: u for k, u in self._keys.items() if u not in answered}
 
     async def submit(self, prompt: str, key: str) -> None:
         client = self._client
@@ -223,7 +239,7 @@ class ClaudeLive:
             raise SessionGone(f"the claude session of {self.spec.agent!r} is not running")
         written = self._keys.get(key)
         if written is not None:
-            echo = self._waiting[written]
+            echo = self._waiting.get(written) or self._taken[written]
         else:
             written = str(uuid.uuid4())
             echo = self._waiting[written] = asyncio.get_running_loop().create_future()
@@ -236,6 +252,7 @@ class ClaudeLive:
                     await client.query(_one(prompt, written))
                 except Exception as exc:
                     self._waiting.pop(written, None)
+                    self._taken.pop(written, None)
                     self._keys.pop(key, None)
                     self._next_turn.discard(written)
                     raise SessionGone(f"could not write to the claude process: {type(exc).__name__}") from exc
@@ -244,8 +261,8 @@ class ClaudeLive:
             await asyncio.wait_for(accepted, self.spec.accept_timeout)
         except TimeoutError:
             raise TimeoutError(
-                f"the session has not taken the prompt in after {self.spec.accept_timeout} s (a long turn); "
-                "it stays written and the retry waits for it"
+                f"the session's model has not answered the prompt after {self.spec.accept_timeout} s (a "
+                "long turn); it stays written and the retry waits for it"
             ) from None
 
     async def wait_closed(self) -> None:

@@ -9,10 +9,13 @@ session in it:
 - with a provider the session uses it (BYOK, ``provider={"type", "base_url", "api_key"}``; chat
   completions for ``openai``), without one the CLI's own login;
 - a prompt is ``session.send(prompt, mode="enqueue")`` (sent during a turn, it becomes its own turn
-  after it); it is *accepted* once the session took it into the conversation: the ``user.message``
-  event with the message id ``send`` returned. Until then it is only in the CLI's memory, and a CLI
-  that dies loses it. A prompt not taken in within ``accept_timeout`` (a long turn ahead of it) stays
-  queued in the CLI: the retry of the same envelope waits for it instead of sending it again;
+  after it); it is *accepted* once the model answered the turn that took it in: the session takes it
+  in at the ``user.message`` event with the message id ``send`` returned, and the model's answer is
+  the first of ``ANSWERED`` after it. Until then a CLI that dies loses it: the request leaves some
+  milliseconds after ``user.message``, and a conversation resumed after a kill in between does not
+  hold the prompt. A prompt not accepted within ``accept_timeout`` (a long turn ahead of it, a slow
+  model) stays queued in the CLI: the retry of the same envelope waits for it instead of sending it
+  again;
 - the CLI runs under ``bound_to_host``'s launcher, so it dies with the host;
 - the SDK session id is the one relay chose at the first start, so a restarted process resumes the
   conversation (``resume_session``) from the CLI's state under ``state_dir/copilot``.
@@ -52,8 +55,11 @@ log = logging.getLogger("relay.workbench.copilot")
 
 PROTOCOL_VERSION = 3
 """The SDK protocol relay was tested with (the SDK checks the CLI speaks it at start)."""
-_STARTED = "user.message"
+_TAKEN = "user.message"
 _IDLE = "session.idle"
+ANSWERED = frozenset({"assistant.message", "assistant.turn_end", "session.error", _IDLE})
+"""Events that follow the model's answer to the turn's request, or the turn's end (failed or not: a
+turn is stored as it ends, so a resumed conversation holds its prompt)."""
 
 
 class CopilotRuntime:
@@ -103,11 +109,13 @@ class CopilotLive:
         self._pid: int | None = None
         self._exited: asyncio.Task[None] | None = None
         self._waiting: dict[str, asyncio.Future[None]] = {}
-        """message id -> resolved when the session takes that prompt in"""
+        """message id -> resolved when the model answered the turn that took that prompt in"""
         self._keys: dict[str, str] = {}
-        """envelope key -> message id of its prompt, sent and not yet taken in"""
+        """envelope key -> message id of its prompt, sent and not yet accepted"""
+        self._taken: set[str] = set()
+        """message ids taken in whose turn the model has not answered yet"""
         self._early: set[str] = set()
-        """message ids taken in before ``send`` returned them"""
+        """message ids accepted before ``send`` returned them"""
         self._busy = False
         self._loop = asyncio.get_running_loop()
 
@@ -125,7 +133,7 @@ class CopilotLive:
 
     @property
     def queued(self) -> int:
-        return len(self._keys)
+        return sum(1 for m in self._keys.values() if m not in self._taken)
 
     def holds(self, key: str) -> bool:
         return key in self._keys
@@ -187,27 +195,30 @@ class CopilotLive:
 
     def _on_event(self, event: Any) -> None:
         kind = getattr(event.type, "value", str(event.type))
-        if kind == _STARTED:
-            taken = getattr(event.data, "message_id", None)
-            # the SDK may call handlers from its reader thread
-            self._loop.call_soon_threadsafe(self._taken, taken)
-        elif kind == _IDLE:
-            self._loop.call_soon_threadsafe(self._idle)
+        # the SDK may call handlers from its reader thread
+        if kind == _TAKEN:
+            self._loop.call_soon_threadsafe(self._took, getattr(event.data, "message_id", None))
+        elif kind in ANSWERED:
+            self._loop.call_soon_threadsafe(self._answered, kind == _IDLE)
 
-    def _taken(self, message_id: str | None) -> None:
+    def _took(self, message_id: str | None) -> None:
         self._busy = True
-        if message_id is None:
-            return
-        waiting = self._waiting.pop(message_id, None)
-        if waiting is None:
-            self._early.add(message_id)
-            return
-        if not waiting.done():
-            waiting.set_result(None)
-        self._keys = {k: m for k, m in self._keys.items() if m != message_id}
+        if message_id is not None:
+            self._taken.add(message_id)
 
-    def _idle(self) -> None:
-        self._busy = False
+    def _answered(self, idle: bool) -> None:
+        if idle:
+            self._busy = False
+        if not self._taken:
+            return
+        answered, self._taken = self._taken, set()
+        for message_id in answered:
+            waiting = self._waiting.pop(message_id, None)
+            if waiting is None:
+                self._early.add(message_id)
+            elif not waiting.done():
+                waiting.set_result(None)
+        self._keys = {k: m for k, m in self._keys.items() if m not in answered}
 
     async def submit(self, prompt: str, key: str) -> None:
         session = self._session
@@ -225,11 +236,11 @@ class CopilotLive:
         if waiting is None:
             return  # taken in meanwhile
         try:
-            await self._bounded(asyncio.shield(waiting), "take the prompt in (a long turn ahead of it)")
+            await self._bounded(asyncio.shield(waiting), "answer the prompt (a long turn ahead of it)")
         except TimeoutError:
             raise TimeoutError(
-                f"the session has not taken the prompt in after {self.spec.accept_timeout} s; it stays "
-                "queued and the retry waits for it"
+                f"the session's model has not answered the prompt after {self.spec.accept_timeout} s; it "
+                "stays queued and the retry waits for it"
             ) from None
 
     async def _bounded(self, awaitable: Any, what: str) -> Any:
