@@ -8,9 +8,10 @@ sessions on the bench's Redis, their models the tests' fake APIs on loopback (an
 process of their own as a model API is (``bench/model_apis.py``).
 
 - ``workbench_prompt_p50_ms`` / ``_p99_ms``: one envelope at a time, round robin over the 8 agents, each
-  to a session that has ended its last turn (a turn's length is the model's and the SDK's, not
-  relay's), from the call of ``Relay.send`` (the envelope is appended during it) to the host handing
-  the prompt to its session (``WorkbenchSessions.submit``, which calls the SDK's send at once). The
+  to a session that accepted its last prompt and has ended that turn (a turn's length is the model's
+  and the SDK's, not relay's), from the call of ``Relay.send`` (the envelope is appended during it)
+  to the host handing the prompt to its session (``WorkbenchSessions.submit``, which calls the SDK's
+  send at once). The
   sender is a process of its own (``--sender``), as the agents that write to Workbench agents are: a
   send made on the host's own loop would wait out the SDKs' work there before it appends, a wait no
   real sender has. Both processes read the same monotonic clock.
@@ -72,11 +73,13 @@ _ID = re.compile(r"\A\[relay\] message (env_[0-9A-Z]{26}) for ")
 
 
 class TimedSessions(WorkbenchSessions):
-    """``WorkbenchSessions`` that notes when each envelope's prompt is handed to its session."""
+    """``WorkbenchSessions`` that notes when each envelope's prompt is handed to its session, and
+    which prompts the sessions accepted."""
 
     def __init__(self) -> None:
         super().__init__()
         self.handed: dict[str, float] = {}
+        self.accepted: set[str] = set()
         self.changed = asyncio.Event()
 
     async def submit(self, session: str, prompt: str) -> None:
@@ -85,6 +88,8 @@ class TimedSessions(WorkbenchSessions):
             self.handed[found.group(1)] = time.perf_counter()
             self.changed.set()
         await super().submit(session, prompt)
+        if found:
+            self.accepted.add(found.group(1))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -220,18 +225,27 @@ async def _latency(
     )
     assert sender.stdin is not None and sender.stdout is not None
     latencies = []
+    last: dict[str, str] = {}
     try:
         for n in range(samples):
             agent = agents[n % len(agents)]
-            # the session's own turn time is the SDK's, not relay's: send to a session that is idle
-            live = sessions.live(f"workbench.{agent}")
-            await _until(lambda live=live: live is not None and not live.busy and live.queued == 0, 30)
+            # the session's own turn time is the SDK's, not relay's: send to a session that is idle,
+            # its last prompt accepted (a session that has not started that prompt's turn yet is
+            # not busy either)
+            live, before = sessions.live(f"workbench.{agent}"), last.get(agent)
+
+            def idle(live: Any = live, before: str | None = before) -> bool:
+                accepted = before is None or before in sessions.accepted
+                return accepted and live is not None and not live.busy and live.queued == 0
+
+            await _until(idle, 30)
             sender.stdin.write(f"{agent} {n}\n".encode())
             await sender.stdin.drain()
             line = (await asyncio.wait_for(sender.stdout.readline(), 30)).decode().split()
             if len(line) != 2:
                 raise RuntimeError(f"the sender process ended (exit {await sender.wait()})")
             sent_id, started = line[0], float(line[1])
+            last[agent] = sent_id
             while sent_id not in sessions.handed:
                 sessions.changed.clear()
                 await asyncio.wait_for(sessions.changed.wait(), 30)

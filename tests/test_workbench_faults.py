@@ -2,9 +2,10 @@
 submitted or before its model answered it, a session that keeps refusing, and the Workbench host
 SIGKILLed with envelopes in flight.
 
-- The session's CLI is stopped (SIGSTOP), so the submission of the next envelope hangs in it; once the
-  store shows the envelope handed out, the CLI is SIGKILLed. The host restarts the session, resuming
-  its conversation, and the envelope is delivered again (attempt 2) and acknowledged.
+- The session's CLI runs at a CPU priority 10 below the host's. It is stopped (SIGSTOP), so the
+  submission of the next envelope hangs in it; once the store shows the envelope handed out, the CLI
+  is SIGKILLed. The host restarts the session, resuming its conversation, and the envelope is
+  delivered again (attempt 2) and acknowledged.
 - The fake model holds the request of the next prompt (the session took it in, its model has not
   answered): the envelope is not acknowledged; the CLI is SIGKILLed, and the restarted session gets
   the envelope again (attempt 2).
@@ -119,6 +120,9 @@ async def test_a_session_killed_mid_submission_is_restarted_and_gets_the_envelop
             relay = front.relay
             first = await _first_turn(relay, api, hosted)
             pid = hosted.pid("solo")
+            # the CLI runs below the host's CPU priority: the host's loop, which every delivery waits
+            # on, gets a core first
+            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
             os.kill(pid, signal.SIGSTOP)
             try:
                 second = await relay.send("cc", "solo", _note("and now the second note"), session="cc-1")
