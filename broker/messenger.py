@@ -407,9 +407,9 @@ def _loop_id() -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "TimeoutError: the handler ran longer than the handler timeout"
     text = " ".join(str(exc).split())
+    if isinstance(exc, TimeoutError) and not text:  # the handler timeout's own (a handler's says why)
+        return "TimeoutError: the handler ran longer than the handler timeout"
     return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
 
 

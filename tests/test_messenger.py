@@ -182,6 +182,38 @@ async def test_always_failing_is_dead_lettered_counted_and_requeued(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_dead_letter_tells_a_handler_overrun_from_a_timeout_the_handler_reported(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    once = DeliverySettings(max_attempts=1, visibility=30.0, poll=0.2, handler_timeout=0.05)
+    async with messengers(backend, request, 1, once) as (messenger,):
+        await register(messenger, "alice", "slow", "waits")
+        await messenger.send("alice", "slow", Text("never answered"))
+        await messenger.send("alice", "waits", Text("answered with a timeout"))
+        stop = asyncio.Event()
+
+        async def overruns(envelope: Envelope[Text]) -> None:
+            await stop.wait()
+
+        async def reports(envelope: Envelope[Text]) -> None:
+            raise TimeoutError("the session has not taken the prompt in")
+
+        serving = [
+            asyncio.create_task(messenger.serve("slow", overruns, stop=stop)),
+            asyncio.create_task(messenger.serve("waits", reports, stop=stop)),
+        ]
+        try:
+            await eventually(lambda: dead_letters_metric(messenger) >= 2, BOUND, "two dead letters")
+        finally:
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*serving), BOUND)
+        (slow,) = await messenger.dead_letters("slow")
+        (waits,) = await messenger.dead_letters("waits")
+        assert slow.reason == "TimeoutError: the handler ran longer than the handler timeout"
+        assert waits.reason == "TimeoutError: the session has not taken the prompt in"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_envelopes_over_the_attempt_limit_are_dead_lettered_unhandled(
     backend: str, request: pytest.FixtureRequest
 ) -> None:

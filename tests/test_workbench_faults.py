@@ -9,6 +9,8 @@ SIGKILLed with envelopes in flight.
 - The fake model holds the request of the next prompt (the session took it in, its model has not
   answered): the envelope is not acknowledged; the CLI is SIGKILLed, and the restarted session gets
   the envelope again (attempt 2).
+- A model that holds its answer beyond the submission's wait: the prompt, taken in long enough
+  before, is accepted then (attempt 1), not failed.
 - A session with ``max_queued = 0`` in a turn that does not end refuses every prompt: after
   ``max_attempts`` the envelope is a dead letter, with the refusal as its reason.
 - ``relay workbench`` (a child process) is SIGKILLed while its sessions hold prompts they have not
@@ -173,6 +175,34 @@ async def test_a_session_killed_before_its_model_answered_a_prompt_it_took_in_ge
             assert hosted.pid("solo") != pid
             statuses = await relay.status("cc", [first.id, second.id])
             assert [s.deliveries for s in statuses] == [1, 2]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+async def test_a_prompt_whose_model_is_slow_to_answer_is_acknowledged_once_its_request_has_long_left(
+    runtime: str, request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
+) -> None:
+    """A slow model must not fail the attempt (and at last dead-letter an envelope its session is
+    working on): a prompt taken in long enough ago is accepted when the wait for its answer ends."""
+    api, entry = _solo(runtime, request)
+    prefix = unique_prefix()
+    with api:
+        # visibility 8 s: the handler timeout is 4 s, a submission waits 3 s for the model's answer
+        config = write_config(tmp_path / "workbench.toml", [entry(api.base_url)], visibility_seconds=8)
+        async with (
+            running_front(redis_url, prefix=prefix) as front,
+            hosting(config, redis_url, prefix, tmp_path / "data", 1),
+        ):
+            relay = front.relay
+            await relay.register("cc", _host_address(), "cc-1")
+            api.hold()  # the model does not answer while the test runs
+            try:
+                sent = await relay.send("cc", "solo", _note("a long question"), session="cc-1")
+                await request_where(api, lambda r: sent.id in r.text(), "with the note")
+                await _until_state(relay, "cc", sent.id, "acknowledged", "dead_lettered")
+                (status,) = await relay.status("cc", [sent.id])
+                assert (status.state, status.deliveries) == ("acknowledged", 1), status
+            finally:
+                api.release()
 
 
 async def test_a_session_that_keeps_refusing_ends_in_a_dead_letter_with_the_reason(

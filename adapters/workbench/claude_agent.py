@@ -12,9 +12,10 @@ Each session is one ``ClaudeSDKClient`` (one ``claude`` process, stream-JSON ove
   tool result) or runs as the next turn, at its echo (``--replay-user-messages``, the prompt's own
   uuid) or the start of that next turn. It is *accepted* once the model answered after that (the
   next ``AssistantMessage``) or the turn ended (``ResultMessage``): a CLI killed in between resumes a
-  conversation without it. Acceptance never counts results: one turn may answer several prompts. A
-  prompt not accepted within ``accept_timeout`` stays written: the retry of the same envelope waits
-  for it instead of writing it again;
+  conversation without it. A model slow to answer does not fail the attempt: a prompt taken in long
+  enough before the wait ends is accepted then (``taken_in_long_ago``). Acceptance never counts
+  results: one turn may answer several prompts. A prompt not accepted within ``accept_timeout`` stays
+  written: the retry of the same envelope waits for it instead of writing it again;
 - with a provider (``anthropic``) the CLI gets ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` and a
   private ``CLAUDE_CONFIG_DIR`` under ``state_dir``; without one, the CLI's own login;
 - the CLI (the wheel's bundled ``claude`` unless ``cli_path`` names one) runs under ``bound_to_host``'s
@@ -28,8 +29,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +44,10 @@ from adapters.workbench.runtime import (
     SessionGone,
     SessionSpec,
     bound_to_host,
+    not_accepted,
     quiet_sdk_logs,
     relay_instructions,
+    taken_in_long_ago,
 )
 from adapters.workbench.session import SessionTool
 
@@ -111,8 +115,9 @@ class ClaudeLive:
         self._closed = asyncio.Event()
         self._waiting: dict[str, asyncio.Future[None]] = {}
         """uuid of a written prompt not taken in yet -> resolved when it is accepted"""
-        self._taken: dict[str, asyncio.Future[None]] = {}
-        """the same for prompts taken in that the model has not answered yet"""
+        self._taken: dict[str, tuple[asyncio.Future[None], float]] = {}
+        """the same for prompts taken in that the model has not answered yet, with when they were taken
+        in (``time.monotonic()``)"""
         self._keys: dict[str, str] = {}
         """envelope key -> uuid of its prompt written to this process and not yet accepted"""
         self._next_turn: set[str] = set()
@@ -195,7 +200,7 @@ class ClaudeLive:
         finally:
             self._client = None
             self._closed.set()
-            for waiting in (*self._waiting.values(), *self._taken.values()):
+            for waiting in (*self._waiting.values(), *(f for f, _ in self._taken.values())):
                 if not waiting.done():
                     waiting.set_exception(SessionGone("the claude process exited"))
             self._waiting.clear()
@@ -222,16 +227,18 @@ class ClaudeLive:
         self._next_turn.discard(written)
         waiting = self._waiting.pop(written, None)
         if waiting is not None:
-            self._taken[written] = waiting
+            self._taken[written] = (waiting, time.monotonic())
 
     def _answered(self) -> None:
-        if not self._taken:
-            return
-        answered, self._taken = self._taken, {}
-        for waiting in answered.values():
+        if self._taken:
+            answered, self._taken = self._taken, {}
+            self._accepted(answered)
+
+    def _accepted(self, taken: Mapping[str, tuple[asyncio.Future[None], float]]) -> None:
+        for waiting, _ in taken.values():
             if not waiting.done():
                 waiting.set_result(None)
-        self._keys = {k: u for k, u in self._keys.items() if u not in answered}
+        self._keys = {k: u for k, u in self._keys.items() if u not in taken}
 
     async def submit(self, prompt: str, key: str) -> None:
         client = self._client
@@ -239,7 +246,7 @@ class ClaudeLive:
             raise SessionGone(f"the claude session of {self.spec.agent!r} is not running")
         written = self._keys.get(key)
         if written is not None:
-            echo = self._waiting.get(written) or self._taken[written]
+            echo = self._waiting.get(written) or self._taken[written][0]
         else:
             written = str(uuid.uuid4())
             echo = self._waiting[written] = asyncio.get_running_loop().create_future()
@@ -260,10 +267,13 @@ class ClaudeLive:
         try:
             await asyncio.wait_for(accepted, self.spec.accept_timeout)
         except TimeoutError:
-            raise TimeoutError(
-                f"the session's model has not answered the prompt after {self.spec.accept_timeout} s (a "
-                "long turn); it stays written and the retry waits for it"
-            ) from None
+            taken = self._taken.get(written)
+            taken_at = None if taken is None else taken[1]
+            if taken is not None and taken_in_long_ago(taken_at, self.spec):
+                del self._taken[written]
+                self._accepted({written: taken})
+                return
+            raise TimeoutError(not_accepted(taken_at, self.spec)) from None
 
     async def wait_closed(self) -> None:
         await self._closed.wait()

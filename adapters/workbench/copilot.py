@@ -13,9 +13,10 @@ session in it:
   in at the ``user.message`` event with the message id ``send`` returned, and the model's answer is
   the first of ``ANSWERED`` after it. Until then a CLI that dies loses it: the request leaves some
   milliseconds after ``user.message``, and a conversation resumed after a kill in between does not
-  hold the prompt. A prompt not accepted within ``accept_timeout`` (a long turn ahead of it, a slow
-  model) stays queued in the CLI: the retry of the same envelope waits for it instead of sending it
-  again;
+  hold the prompt. A model slow to answer does not fail the attempt: a prompt taken in long enough
+  before the wait ends is accepted then (``taken_in_long_ago``). A prompt not taken in within
+  ``accept_timeout`` (a long turn ahead of it) stays queued in the CLI: the retry of the same
+  envelope waits for it instead of sending it again;
 - the CLI runs under ``bound_to_host``'s launcher, so it dies with the host;
 - the SDK session id is the one relay chose at the first start, so a restarted process resumes the
   conversation (``resume_session``) from the CLI's state under ``state_dir/copilot``.
@@ -31,8 +32,9 @@ import contextlib
 import json
 import logging
 import os
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from copilot import CopilotClient, PermissionHandler, RuntimeConnection
@@ -44,9 +46,11 @@ from adapters.workbench.runtime import (
     SessionGone,
     SessionSpec,
     bound_to_host,
+    not_accepted,
     process_exit,
     quiet_sdk_logs,
     relay_instructions,
+    taken_in_long_ago,
 )
 from adapters.workbench.session import SessionTool
 
@@ -112,8 +116,8 @@ class CopilotLive:
         """message id -> resolved when the model answered the turn that took that prompt in"""
         self._keys: dict[str, str] = {}
         """envelope key -> message id of its prompt, sent and not yet accepted"""
-        self._taken: set[str] = set()
-        """message ids taken in whose turn the model has not answered yet"""
+        self._taken: dict[str, float] = {}
+        """message id -> when it was taken in (``time.monotonic()``), until the model answered"""
         self._early: set[str] = set()
         """message ids accepted before ``send`` returned them"""
         self._busy = False
@@ -204,21 +208,23 @@ class CopilotLive:
     def _took(self, message_id: str | None) -> None:
         self._busy = True
         if message_id is not None:
-            self._taken.add(message_id)
+            self._taken.setdefault(message_id, time.monotonic())
 
     def _answered(self, idle: bool) -> None:
         if idle:
             self._busy = False
-        if not self._taken:
-            return
-        answered, self._taken = self._taken, set()
-        for message_id in answered:
+        if self._taken:
+            answered, self._taken = self._taken, {}
+            self._accepted(answered)
+
+    def _accepted(self, message_ids: Collection[str]) -> None:
+        for message_id in message_ids:
             waiting = self._waiting.pop(message_id, None)
             if waiting is None:
                 self._early.add(message_id)
             elif not waiting.done():
                 waiting.set_result(None)
-        self._keys = {k: m for k, m in self._keys.items() if m not in answered}
+        self._keys = {k: m for k, m in self._keys.items() if m not in message_ids}
 
     async def submit(self, prompt: str, key: str) -> None:
         session = self._session
@@ -238,10 +244,12 @@ class CopilotLive:
         try:
             await self._bounded(asyncio.shield(waiting), "answer the prompt (a long turn ahead of it)")
         except TimeoutError:
-            raise TimeoutError(
-                f"the session's model has not answered the prompt after {self.spec.accept_timeout} s; it "
-                "stays queued and the retry waits for it"
-            ) from None
+            taken_at = self._taken.get(message_id)
+            if taken_in_long_ago(taken_at, self.spec):
+                del self._taken[message_id]
+                self._accepted({message_id})
+                return
+            raise TimeoutError(not_accepted(taken_at, self.spec)) from None
 
     async def _bounded(self, awaitable: Any, what: str) -> Any:
         """``awaitable``'s result, unless the CLI exits first (``SessionGone``) or ``accept_timeout``

@@ -38,6 +38,27 @@ RESTART_BACKOFF = (0.2, 1.0, 3.0)
 """Seconds before the first, second and later restarts in a row."""
 READY_WAIT = 5.0
 """How long ``submit`` waits for a restarting session before it raises (the envelope is retried)."""
+TAKEN_IN_GRACE = 5.0
+"""Seconds after a session took a prompt in by which its model request has long left the CLI (it
+leaves milliseconds after). A prompt is accepted once its model answered; when the wait for that ends
+first, a prompt taken in this long ago (or half the wait, when that is shorter) is accepted then, so a
+slow model does not fail the attempt and at last dead-letter an envelope its session is working on."""
+
+
+def taken_in_long_ago(taken_at: float | None, spec: SessionSpec) -> bool:
+    """Whether a prompt taken in at ``taken_at`` (``time.monotonic()``; None: not taken in) counts as
+    accepted when the wait for its model's answer ends (``TAKEN_IN_GRACE``)."""
+    grace = min(TAKEN_IN_GRACE, spec.accept_timeout / 2)
+    return taken_at is not None and time.monotonic() - taken_at >= grace
+
+
+def not_accepted(taken_at: float | None, spec: SessionSpec) -> str:
+    """What a submission that ended its wait without the prompt accepted says."""
+    if taken_at is None:
+        what = "has not taken the prompt in (a long turn ahead of it)"
+    else:
+        what = "took the prompt in a moment ago and its model has not answered"
+    return f"after {spec.accept_timeout} s the session {what}; it stays queued and the retry waits for it"
 
 
 @dataclass(frozen=True, slots=True)
