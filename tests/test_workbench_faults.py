@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -79,18 +79,33 @@ def _note(text: str) -> AgentMessage:
     return AgentMessage(kind=Kind.KIND_NOTE, text=text)
 
 
-def _solo(
-    runtime: str, request: pytest.FixtureRequest
-) -> tuple[FakeModelAPI, Callable[[str], dict[str, Any]]]:
-    """The fake model API of ``runtime`` and a maker of its ``solo`` agent's config entry (from the
-    API's URL), with the runtime's fixtures set up."""
+@contextlib.asynccontextmanager
+async def _hosted_solo(
+    runtime: str, request: pytest.FixtureRequest, tmp_path: Path, redis_url: str, **delivery: Any
+) -> AsyncIterator[tuple[Relay[AgentMessage], FakeModelAPI, Hosted]]:
+    """Agent ``solo``, one session of ``runtime`` at its fake model API, hosted beside a front on a
+    prefix of its own: the front's relay, the API and the host."""
     if runtime == "copilot":
         cli = request.getfixturevalue("copilot_cli")
         request.getfixturevalue("cli_environment")
-        return FakeOpenAI(), lambda url: copilot_agent_entry("solo", url, cli)
-    request.getfixturevalue("claude_agent")
-    request.getfixturevalue("cli_environment")
-    return FakeAnthropic(), lambda url: claude_agent_entry("solo", url)
+        api: FakeModelAPI = FakeOpenAI()
+    else:
+        request.getfixturevalue("claude_agent")
+        request.getfixturevalue("cli_environment")
+        api = FakeAnthropic()
+    prefix = unique_prefix()
+    with api:
+        entry = (
+            copilot_agent_entry("solo", api.base_url, cli)
+            if runtime == "copilot"
+            else claude_agent_entry("solo", api.base_url)
+        )
+        config = write_config(tmp_path / "workbench.toml", [entry], **delivery)
+        async with (
+            running_front(redis_url, prefix=prefix) as front,
+            hosting(config, redis_url, prefix, tmp_path / "data", 1) as hosted,
+        ):
+            yield front.relay, api, hosted
 
 
 async def _first_turn(
@@ -111,33 +126,25 @@ async def _first_turn(
 async def test_a_session_killed_mid_submission_is_restarted_and_gets_the_envelope_again(
     runtime: str, request: pytest.FixtureRequest, tmp_path: Path, redis_url: str
 ) -> None:
-    api, entry = _solo(runtime, request)
-    prefix = unique_prefix()
-    with api:
-        config = write_config(tmp_path / "workbench.toml", [entry(api.base_url)])
-        async with (
-            running_front(redis_url, prefix=prefix) as front,
-            hosting(config, redis_url, prefix, tmp_path / "data", 1) as hosted,
-        ):
-            relay = front.relay
-            first = await _first_turn(relay, api, hosted)
-            pid = hosted.pid("solo")
-            # the CLI runs below the host's CPU priority: the host's loop, which every delivery waits
-            # on, gets a core first
-            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                second = await relay.send("cc", "solo", _note("and now the second note"), session="cc-1")
-                await _until_state(relay, "cc", second.id, "delivered")  # handed to the hung submission
-            finally:
-                os.kill(pid, signal.SIGKILL)
-            again = await request_where(api, lambda r: second.id in r.text(), "with the second note")
-            await _until_state(relay, "cc", second.id, "acknowledged")
-            assert f"message {second.id} for solo" in again.text() and "attempt: 2\n" in again.text()
-            assert "remember the word marmalade" in again.text()  # the conversation was resumed
-            assert hosted.pid("solo") != pid
-            statuses = await relay.status("cc", [first.id, second.id])
-            assert [s.state for s in statuses] == ["acknowledged", "acknowledged"]
+    async with _hosted_solo(runtime, request, tmp_path, redis_url) as (relay, api, hosted):
+        first = await _first_turn(relay, api, hosted)
+        pid = hosted.pid("solo")
+        # the CLI runs below the host's CPU priority: the host's loop, which every delivery waits
+        # on, gets a core first
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            second = await relay.send("cc", "solo", _note("and now the second note"), session="cc-1")
+            await _until_state(relay, "cc", second.id, "delivered")  # handed to the hung submission
+        finally:
+            os.kill(pid, signal.SIGKILL)
+        again = await request_where(api, lambda r: second.id in r.text(), "with the second note")
+        await _until_state(relay, "cc", second.id, "acknowledged")
+        assert f"message {second.id} for solo" in again.text() and "attempt: 2\n" in again.text()
+        assert "remember the word marmalade" in again.text()  # the conversation was resumed
+        assert hosted.pid("solo") != pid
+        statuses = await relay.status("cc", [first.id, second.id])
+        assert [s.state for s in statuses] == ["acknowledged", "acknowledged"]
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -146,35 +153,27 @@ async def test_a_session_killed_before_its_model_answered_a_prompt_it_took_in_ge
 ) -> None:
     """A session takes a prompt into its conversation a moment before its model request leaves, and
     a CLI killed then keeps nothing of it: the envelope is acknowledged only once the model answered."""
-    api, entry = _solo(runtime, request)
-    prefix = unique_prefix()
-    with api:
-        config = write_config(tmp_path / "workbench.toml", [entry(api.base_url)])
-        async with (
-            running_front(redis_url, prefix=prefix) as front,
-            hosting(config, redis_url, prefix, tmp_path / "data", 1) as hosted,
-        ):
-            relay = front.relay
-            first = await _first_turn(relay, api, hosted)
-            pid = hosted.pid("solo")
-            api.hold()  # the model gets the next request and does not answer it
-            try:
-                second = await relay.send("cc", "solo", _note("and now the second note"), session="cc-1")
-                await request_where(api, lambda r: second.id in r.text(), "with the second note")
-                assert await _state(relay, "cc", second.id) == "delivered"  # taken in, not answered
-                os.kill(pid, signal.SIGKILL)
-            finally:
-                api.release()
-            again = await request_where(
-                api,
-                lambda r: second.id in r.text() and "attempt: 2\n" in r.text(),
-                "with the second note again",
-            )
-            await _until_state(relay, "cc", second.id, "acknowledged")
-            assert "remember the word marmalade" in again.text()  # the conversation was resumed
-            assert hosted.pid("solo") != pid
-            statuses = await relay.status("cc", [first.id, second.id])
-            assert [s.deliveries for s in statuses] == [1, 2]
+    async with _hosted_solo(runtime, request, tmp_path, redis_url) as (relay, api, hosted):
+        first = await _first_turn(relay, api, hosted)
+        pid = hosted.pid("solo")
+        api.hold()  # the model gets the next request and does not answer it
+        try:
+            second = await relay.send("cc", "solo", _note("and now the second note"), session="cc-1")
+            await request_where(api, lambda r: second.id in r.text(), "with the second note")
+            assert await _state(relay, "cc", second.id) == "delivered"  # taken in, not answered
+            os.kill(pid, signal.SIGKILL)
+        finally:
+            api.release()
+        again = await request_where(
+            api,
+            lambda r: second.id in r.text() and "attempt: 2\n" in r.text(),
+            "with the second note again",
+        )
+        await _until_state(relay, "cc", second.id, "acknowledged")
+        assert "remember the word marmalade" in again.text()  # the conversation was resumed
+        assert hosted.pid("solo") != pid
+        statuses = await relay.status("cc", [first.id, second.id])
+        assert [s.deliveries for s in statuses] == [1, 2]
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -183,26 +182,18 @@ async def test_a_prompt_whose_model_is_slow_to_answer_is_acknowledged_once_its_r
 ) -> None:
     """A slow model must not fail the attempt (and at last dead-letter an envelope its session is
     working on): a prompt taken in long enough ago is accepted when the wait for its answer ends."""
-    api, entry = _solo(runtime, request)
-    prefix = unique_prefix()
-    with api:
-        # visibility 8 s: the handler timeout is 4 s, a submission waits 3 s for the model's answer
-        config = write_config(tmp_path / "workbench.toml", [entry(api.base_url)], visibility_seconds=8)
-        async with (
-            running_front(redis_url, prefix=prefix) as front,
-            hosting(config, redis_url, prefix, tmp_path / "data", 1),
-        ):
-            relay = front.relay
-            await relay.register("cc", _host_address(), "cc-1")
-            api.hold()  # the model does not answer while the test runs
-            try:
-                sent = await relay.send("cc", "solo", _note("a long question"), session="cc-1")
-                await request_where(api, lambda r: sent.id in r.text(), "with the note")
-                await _until_state(relay, "cc", sent.id, "acknowledged", "dead_lettered")
-                (status,) = await relay.status("cc", [sent.id])
-                assert (status.state, status.deliveries) == ("acknowledged", 1), status
-            finally:
-                api.release()
+    # visibility 8 s: the handler timeout is 4 s, a submission waits 3 s for the model's answer
+    async with _hosted_solo(runtime, request, tmp_path, redis_url, visibility_seconds=8) as (relay, api, _):
+        await relay.register("cc", _host_address(), "cc-1")
+        api.hold()  # the model does not answer while the test runs
+        try:
+            sent = await relay.send("cc", "solo", _note("a long question"), session="cc-1")
+            await request_where(api, lambda r: sent.id in r.text(), "with the note")
+            await _until_state(relay, "cc", sent.id, "acknowledged", "dead_lettered")
+            (status,) = await relay.status("cc", [sent.id])
+            assert (status.state, status.deliveries) == ("acknowledged", 1), status
+        finally:
+            api.release()
 
 
 async def test_a_session_that_keeps_refusing_ends_in_a_dead_letter_with_the_reason(
