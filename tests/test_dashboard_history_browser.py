@@ -170,8 +170,8 @@ def test_the_history_filters_are_those_of_relay_history(page: Any, running: Runn
     page.select_option("#filter-kind", "note")
     page.fill("#filter-text", "CI green")
     page.click("form.filters button[type='submit']")
-    wait = page.wait_for_selector(f"tr[data-envelope='{seeded.follow_up}']")
-    assert wait is not None and rows(page) == [seeded.follow_up]
+    # the follow-up is in the listing before too: wait for the listing the new filter gives
+    wait_until(lambda: rows(page) == [seeded.follow_up], 10, "the notes with 'CI green'")
     hostile = '"><img src=x onerror="window.__xss=4"> green'
     page.fill("#filter-text", hostile)
     page.click("form.filters button[type='submit']")
