@@ -242,7 +242,7 @@ class CopilotLive:
         if waiting is None:
             return  # taken in meanwhile
         try:
-            await self._bounded(asyncio.shield(waiting), "answer the prompt (a long turn ahead of it)")
+            await self._bounded(asyncio.shield(waiting), "answer the prompt")
         except TimeoutError:
             taken_at = self._taken.get(message_id)
             if taken_in_long_ago(taken_at, self.spec):
