@@ -7,11 +7,11 @@ Per message, every candidate runs relay's own four script calls with relay's key
 message at a time, at concurrency 1 and 16 (each concurrent loop its own sender/recipient pair). The
 baseline is raw redis-py's ``XADD`` -> ``XREADGROUP`` -> ``XACK`` on the same server. Candidates:
 
-- ``redis-py``: ``Redis``/``RedisCluster.evalsha``, one command per call (its pools, its routing);
+- ``redis-py``: ``Redis``/``RedisCluster.fcall``, one command per call (its pools, its routing);
 - ``relay``: relay's stack (redis-py connections and topology, auto-pipelined per node:
   ``adapters/redis/pipeline.py``);
 - ``glide``: ``valkey-glide`` ``GlideClient``/``GlideClusterClient.invoke_script``;
-- ``coredis``: ``coredis`` ``Redis``/``RedisCluster.evalsha``.
+- ``coredis``: ``coredis`` ``Redis``/``RedisCluster.fcall``.
 
 glide and coredis are not relay dependencies: install them to measure them (``pip install
 valkey-glide coredis``); a missing one is reported as such. The last line starts with ``clients-bench``.
@@ -158,7 +158,7 @@ async def scripted(
 @contextlib.asynccontextmanager
 async def candidate(name: str, url: str, cluster: bool, scripts: Scripts) -> AsyncIterator[Run | str]:
     """``run(script, keys, args)`` for a candidate, or why it cannot run."""
-    every = [getattr(scripts, n) for n in vars(scripts)]
+    library = scripts.library
     if name == "relay":
         connection = RedisConnection(RedisSettings(url=url))
         await connection.open()
@@ -176,16 +176,15 @@ async def candidate(name: str, url: str, cluster: bool, scripts: Scripts) -> Asy
             if cluster
             else Redis.from_url(url, decode_responses=True)
         )
-        for script in every:
-            if isinstance(client, RedisCluster):
-                await client.initialize()
-                for node in client.get_primaries():
-                    await node.execute_command("SCRIPT", "LOAD", script.source)
-            else:
-                await client.script_load(script.source)
+        if isinstance(client, RedisCluster):
+            await client.initialize()
+            for node in client.get_primaries():
+                await node.execute_command("FUNCTION", "LOAD", "REPLACE", library.source)
+        else:
+            await client.function_load(library.source, replace=True)
 
         async def via_redis_py(script: Script, keys: list[str], args: list[str | int]) -> Any:
-            return await client.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[misc]
+            return await client.fcall(script.function, len(keys), *keys, *args)  # type: ignore[misc]
 
         try:
             yield via_redis_py
@@ -204,10 +203,10 @@ async def candidate(name: str, url: str, cluster: bool, scripts: Scripts) -> Asy
             if cluster
             else glide.GlideClient.create(glide.GlideClientConfiguration(address))
         )
-        compiled = {script.sha: glide.Script(script.source) for script in every}
+        await gclient.function_load(library.source, replace=True)
 
         async def via_glide(script: Script, keys: list[str], args: list[str | int]) -> Any:
-            return _decoded(await gclient.invoke_script(compiled[script.sha], keys, [str(a) for a in args]))
+            return _decoded(await gclient.fcall(script.function, keys, [str(a) for a in args]))
 
         try:
             yield via_glide
@@ -226,11 +225,10 @@ async def candidate(name: str, url: str, cluster: bool, scripts: Scripts) -> Asy
             else coredis.Redis(host, int(port), decode_responses=True)
         )
         async with cclient:
-            for script in every:
-                await cclient.script_load(script.source)
+            await cclient.function_load(library.source, replace=True)
 
             async def via_coredis(script: Script, keys: list[str], args: list[str | int]) -> Any:
-                return await cclient.evalsha(script.sha, keys, args)
+                return await cclient.fcall(script.function, keys, args)
 
             yield via_coredis
 

@@ -35,7 +35,7 @@ from adapters.redis.inbox import DAY_MS
 from adapters.redis.inspect import Inspector
 from adapters.redis.protocol import Call, send_call, with_tier
 from adapters.redis.protocol_operator import register_call
-from adapters.redis.scripts import Script
+from adapters.redis.scripts import build_library
 from broker import schemas
 from broker.addresses import ClaudeCodeAddress
 from broker.agent_message import AgentMessage, AgentMessageContract, Kind
@@ -44,6 +44,7 @@ from broker.ports import SendOptions
 from broker.relay import Relay
 from tests.cluster_support import LocalCluster
 
+LUA = Path(__file__).resolve().parents[1] / "adapters" / "redis" / "lua"
 CALLS = 20_000
 NOW = "2026-01-01T00:00:00.000Z"
 BODY = ("kind", "note", "text", "x" * 300)
@@ -86,9 +87,15 @@ async def publish_cost(url: str, urls: list[str], calls: int = CALLS) -> tuple[f
     await connection.open()
     keys = connection.keys
     full = connection.scripts.send_append
-    quiet_source = full.source.replace("redis.call('PUBLISH', wake_channel, recipient)", "")
-    assert quiet_source != full.source
-    quiet = Script("send_append_quiet", quiet_source, _sha(quiet_source))
+    body = (LUA / "send_append.lua").read_text(encoding="utf-8")
+    quiet_body = body.replace("redis.call('PUBLISH', wake_channel, recipient)", "")
+    assert quiet_body != body
+    library, variant = build_library({"send_append": quiet_body})
+    quiet = variant["send_append"]
+    for node in urls:  # the connection loads only relay's own library
+        loader = Redis.from_url(node)
+        await loader.function_load(library.source, replace=True)
+        await loader.aclose()
     listeners = [Redis.from_url(urls[i % len(urls)], decode_responses=True).pubsub() for i in range(2)]
     for listener in listeners:
         await listener.subscribe(keys.wake_channel())
@@ -117,12 +124,6 @@ async def publish_cost(url: str, urls: list[str], calls: int = CALLS) -> tuple[f
         for listener in listeners:
             await listener.aclose()
         await connection.close()
-
-
-def _sha(source: str) -> str:
-    import hashlib
-
-    return hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
 
 
 async def _drain(listener: Any) -> None:

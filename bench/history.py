@@ -139,7 +139,7 @@ def filler(i: int) -> AgentMessage:
 class Pipelined:
     """Sends as ``RedisInboxStore.append`` makes them on one Redis (``send.lua``, the call
     ``send_call(...).combined()`` builds, the same nonce, day and retentions), ``ROUND`` at a time in
-    one pipeline of ``EVALSHA`` on one connection, packed and written as the auto-pipeline does
+    one pipeline of ``FCALL`` on one connection, packed and written as the auto-pipeline does
     (``pipeline.pack``, ``driver.write``): the product's script and codec, without the per-call cost
     of the relay and of the auto-pipeline's batches of 8. Each reply is read by ``SendAppended.read``;
     a refusal fails the fill."""
@@ -157,7 +157,8 @@ class Pipelined:
         settings, keys = self.connection.settings, self.connection.keys
         if not self.loaded:  # send.lua is one Redis's whole send (a cluster takes two steps)
             assert self.connection.single_node
-            self.loaded = await self.client.script_load(self.script.source) == self.script.sha
+            library = self.connection.scripts.library
+            self.loaded = await self.client.function_load(library.source, replace=True) == library.name
         commands: list[tuple[str | int, ...]] = []
         for sender, to, body in pairs:
             sent_at_ms = now_ms()
@@ -176,7 +177,7 @@ class Pipelined:
                 index_until=retained_until(day, settings.status_retention_ms),
                 replies_until=self.store._replies_until,
             ).combined()
-            commands.append(("EVALSHA", self.script.sha, len(call.keys), *call.keys, *call.args))
+            commands.append(("FCALL", self.script.function, len(call.keys), *call.keys, *call.args))
         pool = self.client.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:  # packed and written as the auto-pipeline does (a refusal raises its ResponseError)

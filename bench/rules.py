@@ -66,7 +66,7 @@ async def rule_costs(
         f"Redis CPU per message, one at a time c{CONCURRENCY}, every rule on: "
         f"{figures['redis_us_per_msg']} µs "
         f"(rounds: {', '.join(f'{v:.1f}' for v in per['all'])}), of which running scripts "
-        f"{figures['redis_script_us_per_msg']} µs (INFO commandstats: EVALSHA)",
+        f"{figures['redis_script_us_per_msg']} µs (INFO commandstats: FCALL)",
         flush=True,
     )
     for name in VARIANTS:

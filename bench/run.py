@@ -178,13 +178,13 @@ async def redis_cpu(client: Redis | list[Redis]) -> float:
 
 
 async def redis_command_us(client: Redis | list[Redis]) -> float:
-    """Microseconds the server spent running scripts so far (``INFO commandstats`` of ``EVALSHA`` and
+    """Microseconds the server spent running scripts so far (``INFO commandstats`` of ``FCALL`` and
     ``EVAL``, every master): the scripts' work without the network I/O around them, which pipelining
     changes. (Commands a script calls are counted in their own rows as well: not summed again.)"""
     total = 0.0
     for one in client if isinstance(client, list) else [client]:
         info = await one.info("commandstats")
-        total += sum(float(info[k]["usec"]) for k in ("cmdstat_evalsha", "cmdstat_eval") if k in info)
+        total += sum(float(info[k]["usec"]) for k in ("cmdstat_fcall", "cmdstat_eval") if k in info)
     return total
 
 

@@ -96,12 +96,13 @@ async def ack_cost(url: str, batch: int, settings: dict[str, Any], tag: str) -> 
                 )
                 for j in range(0, ENVELOPES, batch)
             ]
-            sha = await monitor.script_load(connection.scripts.ack.source)
+            await monitor.function_load(connection.scripts.library.source, replace=True)
+            function = connection.scripts.ack.function
             before = await _cpu(monitor)
             for start in range(0, len(calls), DEPTH):
                 pipe = monitor.pipeline(transaction=False)
                 for call in calls[start : start + DEPTH]:
-                    pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+                    pipe.fcall(function, len(call.keys), *call.keys, *call.args)
                 for answer in await pipe.execute():
                     assert all(one != 0 for one in answer), "an envelope was not acknowledged"
             return (await _cpu(monitor) - before) / ENVELOPES * 1e6
@@ -160,12 +161,13 @@ async def send_cost(
                     index_until=retained_until(day, connection.settings.status_retention_ms),
                 )
                 calls.append(call.combined())
-            sha = await monitor.script_load(connection.scripts.send.source)
+            await monitor.function_load(connection.scripts.library.source, replace=True)
+            function = connection.scripts.send.function
             before = await _cpu(monitor)
             for start in range(0, len(calls), DEPTH):
                 pipe = monitor.pipeline(transaction=False)
                 for one in calls[start : start + DEPTH]:
-                    pipe.evalsha(sha, len(one.keys), *one.keys, *one.args)
+                    pipe.fcall(function, len(one.keys), *one.keys, *one.args)
                 await pipe.execute()
             return (await _cpu(monitor) - before) / ENVELOPES * 1e6
     finally:

@@ -103,7 +103,7 @@ async def server_cpu_figures(
     total_ms = median([r[0] + r[1] for r in per_round]) * 1e3
     rate = median([r[2] for r in per_round])
     total = sum(round(r[2] * r[3]) for r in per_round)
-    scripts = calls.get("cmdstat_evalsha", 0) / max(total, 1)
+    scripts = calls.get("cmdstat_fcall", 0) / max(total, 1)
     commands = sum(calls.values()) / max(total, 1)  # a script's own commands are counted too (Redis 7)
     print(
         f"MCP one at a time, {CLIENTS} JSON-RPC clients on {len(workers.urls)} workers: {rate:.0f} msgs/s, "

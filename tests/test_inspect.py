@@ -164,11 +164,11 @@ async def test_gauges_do_bounded_work_per_scrape_and_cover_every_agent(server: E
         for _ in range(i):
             sync.xadd(keys.inbox(agent), {"text": "x"})
     sync.xadd(keys.dead_letters("agent-0"), {"reason": "r"})
-    sync.script_load(connection.scripts.inspect.source)
+    sync.function_load(connection.scripts.library.source, replace=True)
     gauges = InboxGauges(connection, batch=3, max_series=3)
 
-    def evalsha_calls() -> int:
-        stats = sync.info("commandstats").get("cmdstat_evalsha", {"calls": 0})
+    def script_calls() -> int:
+        stats = sync.info("commandstats").get("cmdstat_fcall", {"calls": 0})
         return int(stats["calls"])
 
     def value(name: str, **labels: str) -> float:
@@ -183,9 +183,9 @@ async def test_gauges_do_bounded_work_per_scrape_and_cover_every_agent(server: E
     try:
         covered = []
         for _ in range(3):
-            calls = evalsha_calls()
+            calls = script_calls()
             await gauges.refresh()
-            assert evalsha_calls() - calls <= 3
+            assert script_calls() - calls <= 3
             covered.append(value("csf_relay_inspection_agents", set="covered"))
         assert covered == [3, 6, 7]
         assert value("csf_relay_inspection_agents", set="indexed") == 7

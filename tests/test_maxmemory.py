@@ -1,7 +1,9 @@
 """A Redis at ``maxmemory`` (``noeviction``) can still be drained: over MCP (the official ``mcp`` client
 against the real app), sends fill a real Redis started with a small limit until they are refused as
 out of memory; the mail-pending wait still answers, every envelope is fetched and acknowledged, and
-sends work again."""
+sends work again. Also when relay's functions library is gone once the store is full (a worker of
+another relay version, a ``FUNCTION FLUSH``): Redis refuses to load it there, and the calls run as
+``EVAL`` until it has room again."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import httpx2
 import pytest
 import redis
 
+from adapters.redis import scripts
 from adapters.redis.embedded import EmbeddedRedis
+from adapters.redis.scripts import Scripts
 from broker.front.paths import WAIT_PATH
 from tests.front_support import data, error, running_front
 from tests.processes import REGISTER
@@ -34,7 +38,10 @@ def small_redis() -> Iterator[EmbeddedRedis]:
         server.stop()
 
 
-async def test_a_store_at_maxmemory_is_drained_and_sends_resume(small_redis: EmbeddedRedis) -> None:
+@pytest.mark.parametrize("library", ["loaded", "flushed at maxmemory"])
+async def test_a_store_at_maxmemory_is_drained_and_sends_resume(
+    small_redis: EmbeddedRedis, library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without history (``--history-retention 0``): acknowledging frees what the envelopes held. With
     history the acknowledged envelopes stay in it until the retention trims them (docs/history.md), so
     draining alone does not make room."""
@@ -65,6 +72,11 @@ async def test_a_store_at_maxmemory_is_drained_and_sends_resume(small_redis: Emb
                 pytest.fail(f"{MOST_SENDS} sends never reached maxmemory")
             assert refused["code"] == "backend_unavailable" and "out of memory" in refused["message"]
             assert len(sent) > 50, len(sent)
+            if library != "loaded":
+                monkeypatch.setattr(scripts, "REFUSED_FOR", 0.0)  # each call tries the load again
+                store.function_flush()
+                with pytest.raises(redis.exceptions.OutOfMemoryError):  # what the next calls meet
+                    store.function_load(Scripts().library.source)
 
             # the mail-pending wait still answers (the wake-up an idle Claude Code session drains on)
             async with httpx2.AsyncClient(timeout=30) as http:
@@ -90,5 +102,6 @@ async def test_a_store_at_maxmemory_is_drained_and_sends_resume(small_redis: Emb
             again = data(await alice.call_tool("SendAgentMessage", send))
             got = data(await bob.call_tool("FetchAgentInbox", {"limit": 16}))["envelopes"]
             assert [e["id"] for e in got] == [again["id"]]
+            assert [entry[1] for entry in store.function_list()] == [Scripts().library.name]  # library_name
     finally:
         store.close()

@@ -1,10 +1,12 @@
-"""The Redis client stack under pressure and refusal: cold starts, flushed script caches, restarts,
+"""The Redis client stack under pressure and refusal: cold starts, flushed functions, restarts,
 refusals that are not the store being down, ACL users, and ``WAIT`` for replicas. Each test starts its
 own server on a free loopback port (they flush scripts, restart, and change ACLs)."""
 
 from __future__ import annotations
 
 import asyncio
+import shlex
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,11 +14,15 @@ import pytest
 import redis
 
 from adapters.redis.embedded import EmbeddedRedis
+from adapters.redis.scripts import Scripts
 from broker.agent_message import AgentMessage
 from broker.envelope import Tier
 from broker.errors import BackendRefused, BackendUnavailable, RelayError
 from broker.relay import Relay
+from tests.cluster_support import find_cli
 from tests.support import address_for, note, relay_on
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SENDS = 500
 
@@ -31,9 +37,9 @@ def server() -> Iterator[EmbeddedRedis]:
         embedded.stop()
 
 
-def script_loads(client: redis.Redis) -> int:
+def library_loads(client: redis.Redis) -> int:
     stats = client.info("commandstats")
-    return int(stats.get("cmdstat_script|load", {"calls": 0})["calls"])
+    return int(stats.get("cmdstat_function|load", {"calls": 0})["calls"])
 
 
 async def burst(relay: Relay[AgentMessage], count: int) -> list[BaseException | object]:
@@ -42,25 +48,25 @@ async def burst(relay: Relay[AgentMessage], count: int) -> list[BaseException | 
     )
 
 
-async def test_500_concurrent_cold_sends_and_again_after_a_script_flush_all_land(
+async def test_500_concurrent_cold_sends_and_again_after_a_function_flush_all_land(
     server: EmbeddedRedis,
 ) -> None:
     sync = redis.Redis.from_url(server.url, decode_responses=True)
     async with relay_on(server.url, max_connections=8) as relay:
         for name in ["sink", *(f"s{i}" for i in range(50))]:
             await relay.register(name, address_for(Tier.HOST, name), "s1")
-        sync.script_flush()
+        sync.function_flush()
         sync.config_resetstat()
         results = await burst(relay, SENDS)
         refused = [r for r in results if isinstance(r, BaseException)]
         assert refused == []
-        assert script_loads(sync) == 1  # send.lua (both steps in one call on one Redis), once
+        assert library_loads(sync) == 1  # relay's library, once
 
-        sync.script_flush()  # what a Redis restart does to the script cache
+        sync.function_flush()  # what a Redis restart without persistence does to the functions
         sync.config_resetstat()
         results = await burst(relay, SENDS)
         assert [r for r in results if isinstance(r, BaseException)] == []
-        assert script_loads(sync) == 1
+        assert library_loads(sync) == 1
         received = 0
         for _ in range(2 * SENDS // 256 + 2):
             got = await relay.fetch("sink", 256)
@@ -69,6 +75,43 @@ async def test_500_concurrent_cold_sends_and_again_after_a_script_flush_all_land
             received += len(got)
             await relay.ack("sink", [e.id for e in got])
         assert received == 2 * SENDS
+    sync.close()
+
+
+def library_recipes() -> list[str]:
+    """The redis-cli lines of docs/operations.md's block about relay's functions library."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    blocks = [part.split("```", 1)[0] for part in text.split("```sh")[1:]]
+    (block,) = [b for b in blocks if "FUNCTION LIST" in b]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.startswith("redis-cli")]
+
+
+@pytest.mark.skipif(find_cli() is None, reason="redis-cli is not installed (apt-get install redis-tools)")
+async def test_an_older_library_is_listed_and_deleted_as_the_operations_recipe_says(
+    server: EmbeddedRedis,
+) -> None:
+    cli = find_cli()
+    assert cli is not None
+    listing, deleting = library_recipes()
+    older = deleting.split()[-1]
+    sync = redis.Redis.from_url(server.url, decode_responses=True)
+    sync.function_load(
+        f"#!lua name={older}\nredis.register_function('{older}_send', function() return 0 end)"
+    )
+    async with relay_on(server.url) as relay:
+        await relay.register("alice", address_for(Tier.HOST, "alice"), "a")
+        current = Scripts().library.name
+
+        def run(line: str) -> str:
+            args = [cli, "-p", str(server.port), *shlex.split(line)[1:]]
+            return subprocess.run(args, capture_output=True, text=True, timeout=30, check=True).stdout
+
+        assert {older, current} <= set(run(listing).split())
+        assert run(deleting).strip() == "OK"
+        assert older not in run(listing).split() and current in run(listing).split()
+        sync.function_delete(current)  # deleted while its worker runs: loaded again by the next call
+        await relay.send("alice", "alice", note(0))
+        assert current in run(listing).split()
     sync.close()
 
 

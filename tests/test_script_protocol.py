@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from importlib.resources import files
+from typing import Any
 
 import pytest
 import redis
@@ -99,7 +100,34 @@ def test_every_refusal_code_a_script_answers_is_in_the_one_table() -> None:
 def test_every_script_loads() -> None:
     """``Scripts`` builds every file (the composed send included)."""
     scripts = Scripts()
-    assert {name for name in SCRIPTS if name not in PRELUDES} <= set(vars(scripts))
+    assert {name for name in SCRIPTS if name not in PRELUDES} == {s.name for s in scripts.all}
+    assert all(getattr(scripts, s.name) is s for s in scripts.all)
+
+
+def _pairs(reply: list[Any]) -> dict[str, Any]:
+    """A RESP2 map (``FUNCTION LIST``): name, value, name, value, ..."""
+    return dict(zip(reply[::2], reply[1::2], strict=True))
+
+
+def test_the_library_loads_with_every_script_a_function_and_only_readers_flagged_no_writes(
+    store: redis.Redis,
+) -> None:
+    """One ``FUNCTION LOAD`` registers every script under its ``Script.function`` name; a ``no-writes``
+    function calls no write command (Redis would refuse it when it ran), directly or through a prelude."""
+    scripts = Scripts()
+    store.function_load(scripts.library.source, replace=True)  # the one relay's tests load anyway
+    (listed,) = [_pairs(entry) for entry in store.function_list(library=scripts.library.name)]
+    flags = {f["name"]: set(f["flags"]) for f in map(_pairs, listed["functions"])}
+    assert set(flags) == {s.function for s in scripts.all}
+    writes = re.compile(r"redis\.p?call\('(?!(XRANGE|XPENDING|HGET|HMGET|HGETALL|XLEN|TIME)')")
+    preludes = "".join((LUA / f"{name}.lua").read_text(encoding="utf-8") for name in PRELUDES)
+    helpers = dict(re.findall(r"^local function (\w+)\(.*?\n(.*?)^end$", preludes, re.M | re.S))
+    for script in scripts.all:
+        if "no-writes" in flags[script.function]:
+            body = (LUA / f"{script.name}.lua").read_text(encoding="utf-8")
+            used = [helpers[name] for name in helpers if re.search(rf"\b{name}\(", body)]
+            assert not writes.search(body), script.name
+            assert not any(writes.search(code) for code in used), script.name
 
 
 class _TwoSteps(RedisConnection):

@@ -28,7 +28,7 @@ def server() -> Iterator[EmbeddedRedis]:
 
 
 SHA = "8f2a1c0b9d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a"
-WHERE = re.compile(r"[0-9a-f]{40}|user_script|f_[0-9a-f]{8}|:\d+:")
+WHERE = re.compile(r"[0-9a-f]{40}|user_script|user_function|relay_[0-9a-f]{12}|f_[0-9a-f]{8}|:\d+:")
 
 
 @pytest.mark.parametrize(
@@ -44,12 +44,25 @@ WHERE = re.compile(r"[0-9a-f]{40}|user_script|f_[0-9a-f]{8}|:\d+:")
             f"Error running script (call to f_{SHA}): @user_script:12: -OOM command not allowed when used "
             "memory > 'maxmemory'."
         ),
+        ResponseError(  # a function's spelling
+            "OOM command not allowed when used memory > 'maxmemory'. script: relay_0123456789ab_send, on "
+            "@user_function:462."
+        ),
     ],
 )
 def test_out_of_memory_is_retryable_and_names_no_script(exc: Exception) -> None:
     error = store_error(exc)
     assert isinstance(error, BackendUnavailable) and error.retryable
     assert "out of memory" in error.message and not WHERE.search(error.message), error.message
+
+
+def test_a_server_without_functions_is_told_apart() -> None:
+    """Redis before 7.0 has no ``FCALL``: the caller learns what relay needs, not a bare refusal."""
+    error = store_error(
+        ResponseError("unknown command 'FCALL', with args beginning with: 'relay_0123456789ab_send'")
+    )
+    assert isinstance(error, BackendRefused) and not error.retryable
+    assert "Redis 7.0 or later" in error.message
 
 
 def test_other_script_errors_name_no_script_either() -> None:

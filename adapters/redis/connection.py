@@ -156,7 +156,9 @@ class RedisConnection:
                 await client.initialize()
             router = ClusterRouter(client, s.max_connections, _scripted(**common))
             stack = _Stack(
-                client, AutoPipeline(router, self._loader, s.command_timeout, s.wait_replicas), True
+                client,
+                AutoPipeline(router, self._loader, self.scripts.library, s.command_timeout, s.wait_replicas),
+                True,
             )
         else:
             factory = ConnectionPool.from_url(s.url, **_scripted(**common))
@@ -172,7 +174,11 @@ class RedisConnection:
             name, make = driver.connection_factory(factory)
             router_single = SingleRouter(make, s.max_connections, name)
             stack = _Stack(
-                plain, AutoPipeline(router_single, self._loader, s.command_timeout, s.wait_replicas), False
+                plain,
+                AutoPipeline(
+                    router_single, self._loader, self.scripts.library, s.command_timeout, s.wait_replicas
+                ),
+                False,
             )
         self._stack = stack
         return stack
@@ -195,7 +201,7 @@ class RedisConnection:
         attempts = 2 if idempotent else 1
         for attempt in range(attempts):
             try:
-                return await stack.pipeline.evalsha(script, keys, args, durable=durable)
+                return await stack.pipeline.run(script, keys, args, durable=durable)
             except ResponseError as exc:
                 if is_refusal(exc):
                     raise

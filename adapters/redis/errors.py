@@ -76,13 +76,15 @@ with its parameters (``RELAY_NOT_ACCEPTED <tier> <accept_from>``, ``RELAY_INBOX_
 relay error it means."""
 
 _SCRIPT_NOISE = re.compile(
-    r"\s*(script: \w+, on @user_script:\d+\.|@?user_script:\d+:\s*-?|Error running script \(call to f_\w+\):"
-    r"|\b[0-9a-f]{40}\b)"
+    r"\s*(script: \w+, on @user_(?:script|function):\d+\.|@?user_script:\d+:\s*-?"
+    r"|Error running script \(call to f_\w+\):|\b[0-9a-f]{40}\b)"
 )
 """Where a script failed (SHA, function name, line): meaningless to a caller, and differently spelled by
-each Redis version (7: ``script: SHA, on @user_script:N.``; 6: ``Error running script (call to f_SHA):
-@user_script:N: -ERR ...``)."""
+each Redis version (7: ``script: SHA, on @user_script:N.``, or for a function ``script: NAME, on
+@user_function:N.``; 6: ``Error running script (call to f_SHA): @user_script:N: -ERR ...``)."""
 _OUT_OF_MEMORY = "OOM command not allowed"
+_TOO_OLD = "unknown command 'fcall'"
+"""What a server older than Redis 7.0 answers relay's script calls."""
 
 STORE_FAILURES = (RedisError, RedisClusterException, OSError)
 """What a call to Redis may raise besides a reply: redis-py's errors, its cluster client's own
@@ -151,6 +153,11 @@ def store_error(exc: BaseException) -> RelayError:
         return BackendRefused(
             f"the message store refused relay's Redis user (NOPERM {detail}); an operator must grant it "
             "the commands and keys relay uses (docs/operations.md)"
+        )
+    if isinstance(exc, ResponseError) and _TOO_OLD in str(exc).lower():
+        return BackendRefused(
+            f"the message store does not run Redis Functions ({_clean(exc)}); relay needs Redis 7.0 or "
+            "later, or Valkey 7.2 or later"
         )
     if isinstance(exc, ResponseError):
         return BackendRefused(

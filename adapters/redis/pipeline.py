@@ -1,6 +1,6 @@
 """Auto-pipelined script calls: the one way relay runs its Lua scripts.
 
-The rest of the adapter sees it as a ``ScriptPipeline`` (evalsha, command, on_each_primary, commands,
+The rest of the adapter sees it as a ``ScriptPipeline`` (run, command, on_each_primary, commands,
 close);
 the redis-py internals it relies on are named in ``driver.py``.
 
@@ -11,7 +11,9 @@ cuts the client's cost per call several times over (docs/performance.md).
 
 What comes back is handled here, once for every script:
 
-- ``NOSCRIPT``: the script is loaded (single-flight, ``ScriptLoader``) and the call sent again.
+- ``Function not found``: the library is loaded on that node (single-flight, ``ScriptLoader``) and
+  the call sent again; when Redis refuses the load (``maxmemory``), the call is sent as ``EVAL`` of the
+  script itself.
 - ``MOVED``: the slot map is updated and the call sent to the new owner; ``ASK``: sent once to the
   importing node behind ``ASKING``.
 - ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, ``READONLY``, ``LOADING``: the server did not run the
@@ -39,7 +41,7 @@ from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     MovedError,
-    NoScriptError,
+    OutOfMemoryError,
     ReadOnlyError,
     ResponseError,
     TryAgainError,
@@ -49,7 +51,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adapters.redis import driver
 from adapters.redis.routing import Node, Router
-from adapters.redis.scripts import Script, ScriptLoader
+from adapters.redis.scripts import Library, Script, ScriptLoader
 
 MAX_BATCH = 8
 """Calls per pipeline at most; more queued calls in one turn go out as several pipelines, so Redis
@@ -69,7 +71,7 @@ class ReplicasBehind(RedisTimeoutError):
 class ScriptPipeline(Protocol):
     """What the rest of the adapter sees of the auto-pipelined client (``RedisConnection`` holds one)."""
 
-    async def evalsha(
+    async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[str | int], *, durable: bool = False
     ) -> Any:
         """Run ``script`` on the node of ``keys[0]``; its reply, or its error raised."""
@@ -92,18 +94,23 @@ class _Call:
     script: Script
     key: str
     args: tuple[str | int, ...]
-    """numkeys, keys, args: EVALSHA's arguments after the sha."""
+    """numkeys, keys, args: FCALL's arguments after the function."""
     durable: bool
     future: asyncio.Future[Any]
     started: float
     attempts: int = 0
     stamp: int = 0
+    inline: bool = False
+    """Sent as ``EVAL`` of the script's source: the node refused to load the library."""
 
 
 class AutoPipeline:
-    def __init__(self, router: Router, loader: ScriptLoader, timeout: float, replicas: int = 0) -> None:
+    def __init__(
+        self, router: Router, loader: ScriptLoader, library: Library, timeout: float, replicas: int = 0
+    ) -> None:
         self._router = router
         self._loader = loader
+        self._library = library
         self._timeout = timeout
         self._replicas = replicas
         self._queues: dict[tuple[str, bool], tuple[Node, list[_Call]]] = {}
@@ -112,7 +119,7 @@ class AutoPipeline:
         """Round trips of script calls in flight."""
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def evalsha(
+    async def run(
         self, script: Script, keys: Sequence[str], args: Sequence[str | int], *, durable: bool = False
     ) -> Any:
         """Run ``script``; every key must be in one hash slot (the first one routes the call).
@@ -178,7 +185,10 @@ class AutoPipeline:
             call.stamp = stamp
             if asking:
                 commands.append(("ASKING",))
-            commands.append(("EVALSHA", call.script.sha, *call.args))
+            if call.inline:
+                commands.append(("EVAL", call.script.source, *call.args))
+            else:
+                commands.append(("FCALL", call.script.function, *call.args))
         durable = calls[0].durable
         if durable:
             commands.append(("WAIT", self._replicas, max(1, int(self._timeout * 1000) - 250)))
@@ -221,8 +231,13 @@ class AutoPipeline:
             _fail(call, error)
             return
         try:
-            if isinstance(error, NoScriptError):
-                await self._loader.ensure(node.name, call.script, call.stamp, lambda s: self._load(node, s))
+            if _missing(error):
+                try:
+                    await self._loader.ensure(
+                        node.name, self._library, call.stamp, lambda s: self._load(node, s)
+                    )
+                except OutOfMemoryError:
+                    call.inline = True
             elif isinstance(error, MovedError):
                 await self._router.moved(error)
             elif isinstance(error, AskError):
@@ -259,7 +274,11 @@ class AutoPipeline:
         self._spawn(later())
 
     async def _load(self, node: Node, source: str) -> None:
-        await self._command_on(node, "SCRIPT", "LOAD", source)
+        try:
+            await self._command_on(node, "FUNCTION", "LOAD", source)
+        except ResponseError as exc:
+            if "already exists" not in str(exc):  # another worker loaded it meanwhile
+                raise
 
     async def _roundtrip(self, node: Node, commands: list[tuple[str | int, ...]]) -> list[Any]:
         """Write ``commands`` at once and read their replies (error replies as values); checkout and
@@ -344,6 +363,11 @@ def pack(commands: Sequence[Sequence[str | int]]) -> bytes:
 
 def _asked(command: tuple[str | int, ...], asking: bool) -> list[tuple[str | int, ...]]:
     return [("ASKING",), command] if asking else [command]
+
+
+def _missing(error: ResponseError) -> bool:
+    """Whether the node has no such function: its library is not loaded there."""
+    return str(error).startswith("Function not found")
 
 
 def _fail(call: _Call, error: BaseException) -> None:

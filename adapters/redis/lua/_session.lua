@@ -26,9 +26,9 @@ local function session_refusal(live, superseded, caller, retired)
 end
 -- record seen_at (ms of Redis TIME) in the registration hash: the agent's last fetch or acknowledgement.
 -- Bookkeeping, so it never stands in the way: called after the script's real work, and skipped when
--- Redis refuses it (at maxmemory Redis refuses a script's first write that adds memory; XREADGROUP,
--- XACK and XDEL are not such writes, so a fetch or an acknowledgement still runs, and after them this
--- write is let through too).
+-- Redis refuses it (run as EVAL at maxmemory, adapters/redis/scripts.py, Redis refuses a script's
+-- first write that adds memory; XREADGROUP, XACK and XDEL are not such writes, so a fetch or an
+-- acknowledgement still runs, and after them this write is let through too).
 -- `now_ms`: the Redis time the script already read (ms), nil to read it here.
 local function note_seen(registration, now_ms)
   if not now_ms then

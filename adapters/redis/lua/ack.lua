@@ -17,8 +17,9 @@ local first_pair = 6 -- ARGV[6..]: stream entry id, nonce pairs (decoded from en
 -- with its delivery count ('acked', _entry.lua) for its sender's status, and the envelope is kept in
 -- the agent's history (entry_archive, _entry.lua) in the same script.
 -- Returns per pair {from, tier} of the envelope when acknowledged, or 0 when unknown.
--- Records seen_at (note_seen, _session.lua). Works at maxmemory: XACK and XDEL come first, and Redis
--- does not refuse them there (they free memory); the outcome records after them are let through too.
+-- Records seen_at (note_seen, _session.lua). Works at maxmemory (allow-oom), and so does its EVAL form
+-- (adapters/redis/scripts.py): XACK and XDEL come first, and Redis does not refuse them there (they
+-- free memory); the outcome records after them are let through too.
 -- Errors: RELAY_RETIRED, RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).
 local registered = redis.call('HMGET', registration, 'session', 'superseded')
 local refused = session_refusal(registered[1], registered[2], session, retired)

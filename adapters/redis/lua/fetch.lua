@@ -22,8 +22,9 @@ local max_bytes = ARGV[10] -- the history's field bytes at most (0 = no cap)
 -- 'expired'. A pending entry that was already handed out max-deliveries times moves there with reason
 -- 'max_deliveries' instead of coming back. Each move adds one to that reason's field in the counts hash
 -- and keeps the envelope in the history (entry_dead, _entry.lua).
--- Records seen_at (note_seen, _session.lua). Works at maxmemory: its first writes are XREADGROUP's,
--- which Redis does not refuse there (the dead-letter moves after them are let through too).
+-- Records seen_at (note_seen, _session.lua). Works at maxmemory (allow-oom), and so does its EVAL
+-- form (adapters/redis/scripts.py): its first writes are XREADGROUP's, which Redis does not refuse
+-- there (the dead-letter moves after them are let through too).
 -- Returns {rows, dropped}: rows is a flat list, for each entry {id, {field, value, ...}, deliveries,
 -- first (1|0)}; dropped is a flat list of tier, reason for every entry moved to the dead letters.
 -- Errors: RELAY_RETIRED, RELAY_UNREGISTERED, RELAY_SUPERSEDED, RELAY_SESSION_UNREGISTERED (_session.lua).

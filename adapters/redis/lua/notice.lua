@@ -12,7 +12,8 @@ local seen = ARGV[5] -- '1': the agent's own wait, which records seen_at (note_s
 -- The cursor (the newest entry id announced) belongs to one session: another session starts again
 -- from the oldest entry. Entries after the cursor are announced and the cursor moves past them; with
 -- nothing new, a reminder of the unacknowledged entries is due `remind after` ms after the last notice.
--- Times are Redis's (TIME), so every worker agrees. At maxmemory Redis refuses the cursor's write (the
+-- Times are Redis's (TIME), so every worker agrees. At maxmemory the function runs (allow-oom) and
+-- writes the cursor; run as EVAL there (adapters/redis/scripts.py) Redis refuses the cursor's write (the
 -- script's first): the notice is answered all the same, and the next wait announces that mail again
 -- (told twice rather than never while inboxes are full).
 -- Returns {count, unacknowledged, reminder (1|0), ms until a reminder is due (-1 = none),
