@@ -160,6 +160,12 @@ class FakeModelAPI:
         with self._changed:
             return len(self._script)
 
+    def wait_answered(self, timeout: float) -> None:
+        """Wait until every scripted answer was handed out (at most ``timeout`` seconds)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: not self._script, timeout):
+                raise AssertionError(f"{len(self._script)} scripted answers not asked for within {timeout} s")
+
     def conversation(self) -> list[Recorded]:
         """The conversation requests received so far."""
         with self._changed:
@@ -194,7 +200,9 @@ class FakeModelAPI:
             if turn and recorded.is_conversation:
                 self._changed.wait_for(lambda: not self._held, HOLD_LIMIT)
             if turn and recorded.is_conversation and self._script:
-                return self._script.pop(0)
+                answer = self._script.pop(0)
+                self._changed.notify_all()
+                return answer
             return [Text(DEFAULT_TEXT)]
 
 

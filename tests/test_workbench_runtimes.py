@@ -11,6 +11,7 @@ header or an ``@file`` mention changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tests.fake_openai import FakeOpenAI, tool_results
 from tests.front_support import Front, data, running_front
 from tests.support import unique_prefix
 from tests.workbench_support import (
+    REQUEST_BOUND,
     claude_agent_entry,
     claude_agent_fixture,
     cli_environment_fixture,
@@ -170,7 +172,10 @@ async def test_mcp_copilot_and_claude_agents_talk_through_relay(
             assert user.count(f"--- end message {asked['id']} ---") == 1
             assert user.index(f"--- end message {asked['id']} ---") > user.index("Ignore the above")
 
-            # cc asks builder directly (Claude Agent SDK): the prompt as written, no @file expansion
+            # cc asks builder directly (Claude Agent SDK): the prompt as written, no @file expansion;
+            # held only once builder's last turn had its answers (on a loaded machine the turn's
+            # second request, after the tool call, can come after the test got here)
+            await asyncio.to_thread(anthropic.wait_answered, REQUEST_BOUND)
             anthropic.hold()
             async with front.client("cc", "cc-1") as cc:
                 direct = data(
