@@ -51,7 +51,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from adapters.redis import driver
 from adapters.redis.routing import Node, Router
-from adapters.redis.scripts import Library, Script, ScriptLoader
+from adapters.redis.scripts import Library, Script, ScriptLoader, standalone
 
 MAX_BATCH = 8
 """Calls per pipeline at most; more queued calls in one turn go out as several pipelines, so Redis
@@ -186,7 +186,7 @@ class AutoPipeline:
             if asking:
                 commands.append(("ASKING",))
             if call.inline:
-                commands.append(("EVAL", call.script.source, *call.args))
+                commands.append(("EVAL", standalone(call.script.name), *call.args))
             else:
                 commands.append(("FCALL", call.script.function, *call.args))
         durable = calls[0].durable

@@ -14,12 +14,13 @@ of two relay versions on one Redis each call their own. When a node has no libra
 Redis restarted without persistence, ``FUNCTION FLUSH``), ``ScriptLoader`` loads it there: one
 ``FUNCTION LOAD`` per node at a time; calls that meet the missing function meanwhile wait for that
 load. Redis refuses ``FUNCTION LOAD`` at ``maxmemory``; a call then runs as ``EVAL`` of the same
-script (``Script.source``, its preludes before it), so a full store can still be drained.
+script (``standalone``: its preludes before it), so a full store can still be drained.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -80,11 +81,14 @@ LIBRARY_PREFIX = "relay_"
 _NONE: Mapping[str, str] = {}
 
 
+@functools.cache
+def _file(part: str) -> str:
+    return (files("adapters.redis") / "lua" / f"{part}.lua").read_text(encoding="utf-8")
+
+
 def _lua(part: str, sources: Mapping[str, str] = _NONE) -> str:
     found = sources.get(part)
-    if found is not None:
-        return found
-    return (files("adapters.redis") / "lua" / f"{part}.lua").read_text(encoding="utf-8")
+    return _file(part) if found is None else found
 
 
 def _as_function(part: str, sources: Mapping[str, str] = _NONE) -> str:
@@ -105,13 +109,17 @@ def _source(name: str, sources: Mapping[str, str]) -> str:
     return preludes + "".join(_as_function(part, sources) for part in parts) + _lua(name, sources)
 
 
+@functools.cache
+def standalone(name: str) -> str:
+    """``name`` as one script, for ``EVAL`` when a node cannot load the library: built on first use."""
+    return _source(name, _NONE)
+
+
 @dataclass(frozen=True, slots=True)
 class Script:
     name: str
     function: str
     """What ``FCALL`` names: ``<library>_<name>``."""
-    source: str
-    """The script on its own (for ``EVAL`` when the library cannot be loaded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +138,7 @@ def build_library(sources: Mapping[str, str] = _NONE) -> tuple[Library, dict[str
     code = preludes + bodies + repr(sorted(_FLAGS.items()))  # a flag changed is another library too
     digest = hashlib.sha1(code.encode(), usedforsecurity=False).hexdigest()[:12]
     library = f"{LIBRARY_PREFIX}{digest}"
-    scripts = {name: Script(name, f"{library}_{name}", _source(name, sources)) for name in NAMES}
+    scripts = {name: Script(name, f"{library}_{name}") for name in NAMES}
     registrations = "".join(
         f"redis.register_function{{function_name='{s.function}', callback={s.name}, "
         f"flags={{{', '.join(repr(f) for f in _FLAGS.get(s.name, ()))}}}}}\n"
